@@ -1,0 +1,30 @@
+"""fusionsearch: find how to fuse the pointwise work around matmuls into Triton kernels, and prove it on the GPU.
+
+Public API (see README): workloads, capture, graph specs, the reference executor, plans, measurement."""
+
+from fusionsearch.datasets.workloads import list_workloads, workload
+from fusionsearch.errors import (
+    CodegenError,
+    CostModelError,
+    FusionSearchError,
+    GraphError,
+    MeasureError,
+    PlanError,
+    SpecError,
+)
+from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
+
+__version__ = "0.1.0"
+
+
+def capture(fn_or_module, *example_inputs):  # type: ignore[no-untyped-def]
+    """Trace a PyTorch function or nn.Module into an OpGraph; unsupported aten ops become extern nodes."""
+    from fusionsearch.graph.capture import capture as _capture
+
+    return _capture(fn_or_module, *example_inputs)
+
+
+__all__ = [
+    "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
+    "SpecError", "capture", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
+]

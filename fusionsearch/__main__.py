@@ -1,0 +1,5 @@
+"""`python -m fusionsearch` runs the CLI."""
+
+from fusionsearch.cli import main
+
+raise SystemExit(main())

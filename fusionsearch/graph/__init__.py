@@ -1,0 +1,9 @@
+"""The op graph: OpGraph, the op registry, JSON specs, capture from PyTorch, the reference executor."""
+
+from fusionsearch.graph.opgraph import Node, OpGraph, contiguous_strides
+from fusionsearch.graph.reference import random_inputs, reference
+from fusionsearch.graph.registry import REGISTRY, OpDef, dtype_from_name, dtype_name, get_op, ops_of_kind
+from fusionsearch.graph.spec import graph_from_dict, load_graph
+
+__all__ = ["Node", "OpGraph", "OpDef", "REGISTRY", "contiguous_strides", "dtype_from_name", "dtype_name", "get_op",
+           "graph_from_dict", "load_graph", "ops_of_kind", "random_inputs", "reference"]

@@ -1,0 +1,257 @@
+"""OpGraph: a networkx DiGraph of ops; every node knows its op, attrs, shape, dtype and strides."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import torch
+
+from fusionsearch.errors import GraphError
+from fusionsearch.graph.registry import Attrs, InputInfo, OpDef, Shape, dtype_from_name, dtype_name, get_op
+
+_JSON_SCALARS = (bool, int, float, str, type(None))
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides (elements) for `shape`."""
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _check_json(value: object, where: str) -> None:
+    if isinstance(value, _JSON_SCALARS):
+        return
+    if isinstance(value, list | tuple):
+        for v in value:
+            _check_json(v, where)
+        return
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        for v in value.values():
+            _check_json(v, where)
+        return
+    raise GraphError(f"{where}: attribute value {value!r} is not a JSON value (number, string, bool, list, object)")
+
+
+def _frozen_attrs(attrs: Attrs) -> Attrs:
+    # Round-trip through JSON: attrs are plain data, tuples become lists, nothing shared with the caller.
+    return json.loads(json.dumps(attrs, allow_nan=True))
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of the graph. `inputs` are node names in slot order; strides are in elements."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    attrs: Attrs = field(default_factory=dict, compare=True, hash=False)
+    shape: Shape = ()
+    dtype: torch.dtype = torch.float32
+    strides: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """The op's kind: input, template, pointwise, layout, indexing or extern."""
+        return "input" if self.op == "input" else get_op(self.op).kind
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the node's value when materialised densely."""
+        return self.numel * (torch.finfo(self.dtype).bits if self.dtype.is_floating_point
+                             else 8 if self.dtype == torch.bool else torch.iinfo(self.dtype).bits) // 8
+
+
+class OpGraph:
+    """An op DAG held as a `networkx.DiGraph`: node attribute 'node' holds the Node, edges carry 'slots'.
+
+    Build it with `input()` and `add()`, mark results with `set_outputs()`; every added node is checked
+    (op known, inputs exist, shapes and dtypes agree) and its shape and dtype inferred from the registry.
+    """
+
+    def __init__(self) -> None:
+        self.nx = nx.DiGraph()
+        self.outputs: list[str] = []
+        self._counter = 0
+
+    # ---- building ------------------------------------------------------------------------------
+    def _fresh(self, op: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{op}_{self._counter}"
+            if name not in self.nx:
+                return name
+
+    def _check_name(self, name: object) -> str:
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"node names must be non-empty strings, got {name!r}")
+        if name in self.nx:
+            raise GraphError(f"duplicate node name {name!r}; every node needs its own name")
+        return name
+
+    def input(self, name: str, shape: Sequence[int], dtype: torch.dtype | str,
+              strides: Sequence[int] | None = None) -> str:
+        """Add a graph input; strides (elements) default to row-major."""
+        name = self._check_name(name)
+        if not isinstance(shape, list | tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                          for s in shape):
+            raise GraphError(f"input {name!r}: shape must be a list of non-negative integers, got {shape!r}")
+        dt = dtype_from_name(dtype, f"input {name!r}")
+        st = tuple(strides) if strides is not None else contiguous_strides(shape)
+        if len(st) != len(shape) or not all(isinstance(s, int) and s >= 0 for s in st):
+            raise GraphError(f"input {name!r}: strides {list(st)} do not match shape {list(shape)}")
+        self.nx.add_node(name, node=Node(name, "input", (), {}, tuple(shape), dt, st))
+        return name
+
+    def add(self, op: str, inputs: Sequence[str], name: str | None = None, **attrs: Any) -> str:
+        """Add an op node over existing nodes; returns its name. Shape and dtype follow the registry."""
+        where = f"node {name!r}: " if name else f"{op} node: "
+        opdef = get_op(op, where)
+        if opdef.kind == "input":
+            raise GraphError(f"{where}use OpGraph.input() for graph inputs")
+        name = self._check_name(name) if name is not None else self._fresh(op)
+        where = f"node {name!r} ({op}): "
+        if not isinstance(inputs, list | tuple):
+            raise GraphError(f"{where}inputs must be a list of node names")
+        lo, hi = opdef.arity
+        if not lo <= len(inputs) <= hi:
+            raise GraphError(f"{where}takes {lo}{'' if lo == hi else f' to {hi}'} tensor inputs, got {len(inputs)}")
+        for src in inputs:
+            if src not in self.nx:
+                raise GraphError(f"{where}input {src!r} is not a node of the graph (dangling input); add it first")
+        _check_json(attrs, where.rstrip(": "))
+        attrs = _frozen_attrs(attrs)
+        infos = [InputInfo(s, self.node(s).shape, self.node(s).dtype) for s in inputs]
+        try:
+            if opdef.attrs_check:
+                opdef.attrs_check(attrs)
+            shape = tuple(int(v) for v in opdef.shape_rule(infos, attrs))
+            dtype = opdef.dtype_rule(infos, attrs)
+        except GraphError as e:
+            raise GraphError(f"{where}{e}") from None
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise GraphError(f"{where}bad attributes {attrs}: {e}") from None
+        self.nx.add_node(name, node=Node(name, op, tuple(inputs), attrs, shape, dtype, contiguous_strides(shape)))
+        for slot, src in enumerate(inputs):
+            if self.nx.has_edge(src, name):
+                self.nx.edges[src, name]["slots"] += (slot,)
+            else:
+                self.nx.add_edge(src, name, slots=(slot,))
+        return name
+
+    def set_outputs(self, outputs: Sequence[str]) -> None:
+        """Mark the graph's results, in order."""
+        if not outputs:
+            raise GraphError("a graph needs at least one output")
+        for o in outputs:
+            if o not in self.nx:
+                raise GraphError(f"output {o!r} is not a node of the graph")
+        self.outputs = list(outputs)
+
+    # ---- reading -------------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        try:
+            return self.nx.nodes[name]["node"]
+        except KeyError:
+            raise GraphError(f"no node named {name!r} in the graph") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.nx
+
+    def __len__(self) -> int:
+        return self.nx.number_of_nodes()
+
+    def __iter__(self) -> Iterator[Node]:
+        return (self.node(n) for n in self.topo_order())
+
+    def opdef(self, name: str) -> OpDef:
+        return get_op(self.node(name).op)
+
+    @property
+    def inputs(self) -> list[str]:
+        """Graph input names in insertion order."""
+        return [n for n in self.nx.nodes if self.node(n).op == "input"]
+
+    def topo_order(self) -> list[str]:
+        """Nodes in a deterministic topological order (ties broken by insertion order)."""
+        order = {n: i for i, n in enumerate(self.nx.nodes)}
+        return list(nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]))
+
+    def consumers(self, name: str) -> list[str]:
+        return list(self.nx.successors(name))
+
+    def nodes_of_kind(self, kind: str) -> list[str]:
+        return [n for n in self.topo_order() if self.node(n).kind == kind]
+
+    def validate(self) -> OpGraph:
+        """Check the whole graph: acyclic, outputs set, every node's shape/dtype still what its rule says."""
+        if not nx.is_directed_acyclic_graph(self.nx):
+            cycle = nx.find_cycle(self.nx)
+            raise GraphError(f"the graph has a cycle through {' -> '.join(u for u, _ in cycle)}; remove one edge")
+        if not self.outputs:
+            raise GraphError("the graph has no outputs; list them under 'outputs'")
+        return self
+
+    # ---- comparing and saving ------------------------------------------------------------------
+    def signature(self) -> str:
+        """A name-independent description (ops, attrs, shapes, dtypes, edges), equal for isomorphic builds."""
+        order = self.topo_order()
+        index = {n: i for i, n in enumerate(order)}
+        rows = []
+        for n in order:
+            node = self.node(n)
+            rows.append([node.op, [index[i] for i in node.inputs], node.attrs, list(node.shape), dtype_name(node.dtype),
+                         list(node.strides) if node.op == "input" else None])
+        return json.dumps({"nodes": rows, "outputs": [index[o] for o in self.outputs]}, sort_keys=True)
+
+    def same_structure(self, other: OpGraph) -> bool:
+        """True when the graphs are isomorphic: same ops, attrs, shapes, dtypes and input slots (names aside)."""
+        if len(self) != len(other) or len(self.outputs) != len(other.outputs):
+            return False
+
+        def key(g: OpGraph, n: str) -> tuple[Any, ...]:
+            node = g.node(n)
+            out = g.outputs.index(n) if n in g.outputs else -1
+            return (node.op, json.dumps(node.attrs, sort_keys=True), node.shape, node.dtype, out)
+
+        a, b = self.nx.copy(), other.nx.copy()
+        for g, h in ((self, a), (other, b)):
+            for n in h.nodes:
+                h.nodes[n]["key"] = key(g, n)
+        return nx.is_isomorphic(a, b, node_match=lambda x, y: x["key"] == y["key"],
+                                edge_match=lambda x, y: x["slots"] == y["slots"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON spec form (see README 'Graph spec')."""
+        from fusionsearch.graph.spec import graph_to_dict
+
+        return graph_to_dict(self)
+
+    def save(self, path: str) -> None:
+        """Write the graph as a JSON spec; `load_graph(path)` reads it back exactly."""
+        from fusionsearch.graph.spec import save_graph
+
+        save_graph(self, path)
+
+    def __repr__(self) -> str:
+        return f"OpGraph({len(self)} nodes, outputs={self.outputs})"
+
+    def describe(self) -> str:
+        """One line per node: name = op(inputs) shape dtype."""
+        lines = []
+        for node in self:
+            args = ", ".join(node.inputs)
+            lines.append(f"{node.name} = {node.op}({args}) {list(node.shape)} {dtype_name(node.dtype)}")
+        return "\n".join(lines)
+

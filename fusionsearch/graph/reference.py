@@ -1,0 +1,125 @@
+"""The reference executor (eager PyTorch, op by op) and realistic random inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+import torch
+
+from fusionsearch.errors import GraphError, MeasureError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.registry import get_op
+
+# Ops whose domain is positive reals: inputs that feed them get positive random values.
+_POSITIVE_DOMAIN = {"log", "sqrt", "rsqrt", "pow"}
+
+
+def check_inputs(g: OpGraph, inputs: Sequence[torch.Tensor]) -> None:
+    """Refuse inputs whose count, shape or dtype does not match the graph's inputs, naming the first mismatch."""
+    names = g.inputs
+    if len(inputs) != len(names):
+        raise MeasureError(f"the graph takes {len(names)} inputs ({', '.join(names)}), got {len(inputs)}")
+    for name, t in zip(names, inputs, strict=True):
+        node = g.node(name)
+        if not isinstance(t, torch.Tensor):
+            raise MeasureError(f"input {name!r} must be a tensor, got {type(t).__name__}")
+        if tuple(t.shape) != node.shape or t.dtype != node.dtype:
+            raise MeasureError(f"input {name!r} must be {list(node.shape)} {node.dtype}, got {list(t.shape)} {t.dtype}")
+
+
+def reference(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool = False) -> list[torch.Tensor]:
+    """Run the graph op by op in eager PyTorch; returns the outputs in `g.outputs` order.
+
+    With `float64=True` every floating value is computed in float64 and casts between floating dtypes are
+    exact: the ideal result that generated kernels are validated against.
+    """
+    check_inputs(g, inputs)
+    values: dict[str, torch.Tensor] = {}
+    for name, t in zip(g.inputs, inputs, strict=True):
+        values[name] = t.double() if float64 and t.dtype.is_floating_point else t
+    for node in g:
+        if node.op == "input":
+            continue
+        args = [values[i] for i in node.inputs]
+        op = get_op(node.op)
+        if float64 and node.op == "cast" and node.dtype.is_floating_point:
+            out = args[0].double()
+        else:
+            out = op.torch_ref(args, node.attrs)
+            if float64 and out.dtype.is_floating_point:
+                out = out.double()
+        values[node.name] = out
+    return [values[o] for o in g.outputs]
+
+
+def index_bounds(g: OpGraph) -> dict[str, int]:
+    """For each graph input used as gather indices, the number of rows it may index."""
+    bounds: dict[str, int] = {}
+    for node in g:
+        if node.kind == "indexing":
+            table, idx = node.inputs[0], node.inputs[1]
+            rows = g.node(table).shape[0]
+            for src in _input_sources(g, idx):
+                bounds[src] = min(bounds.get(src, rows), rows)
+    return bounds
+
+
+def _input_sources(g: OpGraph, name: str) -> list[str]:
+    node = g.node(name)
+    if node.op == "input":
+        return [name]
+    if node.kind == "layout" or node.op == "cast":
+        return _input_sources(g, node.inputs[0])
+    return []
+
+
+def _positive_inputs(g: OpGraph) -> set[str]:
+    positive: set[str] = set()
+    for node in g:
+        if node.op in _POSITIVE_DOMAIN or node.op == "div":
+            # The base of a pow and a denominator must stay away from zero and negatives.
+            src = node.inputs[-1] if node.op == "div" and len(node.inputs) == 2 else node.inputs[0]
+            positive |= {a for a in nx.ancestors(g.nx, src) | {src} if g.node(a).op == "input"}
+    return positive
+
+
+def random_inputs(g: OpGraph, seed: int = 0, device: str | torch.device = "cpu") -> list[torch.Tensor]:
+    """Valid, realistic inputs: floats ~N(0,1) (positive where the graph takes a log, root or quotient),
+    int8 over its full range, gather indices uniform over the rows they index (never all zeros)."""
+    gen = torch.Generator().manual_seed(seed)
+    bounds = index_bounds(g)
+    positive = _positive_inputs(g)
+    out = []
+    for name in g.inputs:
+        node = g.node(name)
+        shape, dt = node.shape, node.dtype
+        if name in bounds:
+            if bounds[name] <= 0:
+                raise GraphError(f"input {name!r} indexes an empty table; give the table at least one row")
+            t = torch.randint(0, bounds[name], shape, generator=gen, dtype=torch.int64).to(dt)
+        elif dt.is_floating_point:
+            t = torch.rand(shape, generator=gen) + 0.5 if name in positive else torch.randn(shape, generator=gen)
+            t = t.to(dt)
+        elif dt == torch.bool:
+            t = torch.rand(shape, generator=gen) < 0.5
+        else:
+            info = torch.iinfo(dt)
+            lo, hi = (info.min, info.max + 1) if dt in (torch.int8, torch.uint8) else (-100, 101)
+            t = torch.randint(lo, hi, shape, generator=gen, dtype=torch.int64).to(dt)
+        t = _with_strides(t, node.strides)
+        out.append(t.to(device))
+    return out
+
+
+def _with_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """Lay `t` out with the graph's strides (a transposed weight stays transposed)."""
+    if tuple(t.stride()) == strides or t.numel() == 0:
+        return t
+    if any(s == 0 for s in strides):  # a broadcast input: keep it dense, the values are the same
+        return t
+    storage = sum((s - 1) * st for s, st in zip(t.shape, strides, strict=True)) + 1
+    buf = torch.empty(storage, dtype=t.dtype)
+    view = buf.as_strided(t.shape, strides)
+    view.copy_(t)
+    return view
