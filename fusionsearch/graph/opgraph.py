@@ -109,7 +109,7 @@ class OpGraph:
             raise GraphError(f"input {name!r}: shape must be a list of non-negative integers, got {shape!r}")
         dt = dtype_from_name(dtype, f"input {name!r}")
         st = tuple(strides) if strides is not None else contiguous_strides(shape)
-        if len(st) != len(shape) or not all(isinstance(s, int) and s >= 0 for s in st):
+        if len(st) != len(shape) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in st):
             raise GraphError(f"input {name!r}: strides {list(st)} do not match shape {list(shape)}")
         self.nx.add_node(name, node=Node(name, "input", (), {}, tuple(shape), dt, st))
         return name
@@ -214,6 +214,12 @@ class OpGraph:
             rows.append([node.op, [index[i] for i in node.inputs], node.attrs, list(node.shape), dtype_name(node.dtype),
                          list(node.strides) if node.op == "input" else None])
         return json.dumps({"nodes": rows, "outputs": [index[o] for o in self.outputs]}, sort_keys=True)
+
+    def signature_hash(self) -> str:
+        """A short content hash of `signature()`: plans and caches are keyed by it."""
+        import hashlib
+
+        return hashlib.sha256(self.signature().encode()).hexdigest()[:16]
 
     def same_structure(self, other: OpGraph) -> bool:
         """True when the graphs are isomorphic: same ops, attrs, shapes, dtypes and input slots (names aside)."""

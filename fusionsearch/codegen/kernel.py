@@ -1,0 +1,24 @@
+"""GeneratedKernel: one @triton.jit function's source with what its launch needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fusionsearch.codegen.tile import BufferArg
+
+
+@dataclass
+class GeneratedKernel:
+    """Source of one Triton kernel, its tensor arguments in order, its grid and its launch constants.
+
+    `workspace` is the fp32 element count of a scratch buffer (split-K partial sums) passed as the last
+    tensor argument, shared by the kernels of one template step."""
+
+    name: str
+    source: str
+    args: list[BufferArg]
+    grid: tuple[int, int, int]
+    constexprs: dict[str, int] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 3
+    workspace: int = 0

@@ -1,0 +1,149 @@
+"""Assembling a plan into one Python module: its Triton kernels and `run(*inputs)`, which allocates the
+intermediates and launches the kernels in order. The same source runs in-process and when exported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fusionsearch.codegen.kernel import GeneratedKernel
+from fusionsearch.codegen.pointwise import generate_pointwise
+from fusionsearch.codegen.templates import generate_template
+from fusionsearch.graph.registry import dtype_name
+from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel
+
+PRELUDE = '''\
+import torch
+import triton
+import triton.language as tl
+
+try:
+    from triton.language.extra import libdevice
+except ImportError:  # older Triton
+    from triton.language.math import libdevice  # type: ignore
+
+EXTERNS = []
+
+
+def _alloc(shape, dtype, device, poison):
+    if not poison:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    if dtype == torch.bool:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return torch.full(shape, torch.iinfo(dtype).max, dtype=dtype, device=device)
+'''
+
+EXTERN_LOADER = '''
+
+def _load_externs():
+    """Resolve the extern ops listed in externs.json beside this file (aten ops, looked up by attribute)."""
+    import json
+    import os
+    import re
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "externs.json")
+    with open(path) as f:
+        specs = json.load(f)
+
+    def decode(value, tensors):
+        if isinstance(value, dict) and set(value) == {"input"}:
+            return tensors[value["input"]]
+        if isinstance(value, dict) and set(value) == {"dtype"}:
+            return getattr(torch, value["dtype"])
+        if isinstance(value, list):
+            return [decode(v, tensors) for v in value]
+        return value
+
+    def make(spec):
+        if not re.match(r"^aten\\.[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)?$", spec["target"]):
+            raise ValueError("externs.json: bad target")
+        op = torch.ops.aten
+        for part in spec["target"].split(".")[1:]:
+            op = getattr(op, part)
+
+        def call(*tensors):
+            out = op(*decode(spec["args"], tensors), **{k: decode(v, tensors) for k, v in spec["kwargs"].items()})
+            return out[spec.get("output_index", 0)] if isinstance(out, (tuple, list)) else out
+
+        return call
+
+    EXTERNS[:] = [make(s) for s in specs]
+'''
+
+
+@dataclass
+class PlanModule:
+    """The generated module's source, its kernels, and the extern specs it calls (by position)."""
+
+    source: str
+    kernels: list[GeneratedKernel]
+    externs: list[dict[str, object]]
+
+
+def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
+                    upcast_pointwise: bool = True) -> PlanModule:
+    """Generate the whole plan as one module; a pure function of (graph, plan, options)."""
+    g = plan.graph
+    stored = plan.stored()
+    buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
+    kernels: list[GeneratedKernel] = []
+    externs: list[dict[str, object]] = []
+    run = [f"def run(*inputs, poison=False):",
+           f"    if len(inputs) != {len(g.inputs)}:",
+           f"        raise ValueError('this plan takes {len(g.inputs)} input tensors')"]
+    run.append(f"    {', '.join(buf[n] for n in g.inputs)}, = inputs")
+    run.append(f"    device = {buf[g.inputs[0]]}.device")
+    if any(isinstance(k, ExternKernel) for k in plan.kernels):
+        run.append("    if not EXTERNS:")
+        run.append("        _load_externs()")
+    allocated = set(g.inputs)
+    for i, k in enumerate(plan.kernels):
+        run.append(f"    # step {i}: {k.kind}")
+        if isinstance(k, ExternKernel):
+            node = g.node(k.node)
+            args = ", ".join(buf[s] for s in node.inputs)
+            run.append(f"    {buf[k.node]} = EXTERNS[{len(externs)}]({args})")
+            externs.append({"target": node.attrs["target"], "args": node.attrs.get("args", []),
+                            "kwargs": node.attrs.get("kwargs", {}), "output_index": node.attrs.get("output_index", 0)})
+            allocated.add(k.node)
+            continue
+        name = f"fs_kernel_{i}"
+        if isinstance(k, TemplateKernel):
+            step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue)
+        else:
+            assert isinstance(k, PointwiseKernel)
+            step = [generate_pointwise(g, k, stored[i], name, upcast_pointwise)]
+        for n in sorted(stored[i], key=list(buf).index):
+            if n not in allocated:
+                node = g.node(n)
+                run.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, torch.{dtype_name(node.dtype)}, device, poison)")
+                allocated.add(n)
+        if step[0].workspace:
+            run.append(f"    ws = torch.empty({step[0].workspace}, dtype=torch.float32, device=device)")
+        for gk in step:
+            args = []
+            for a in gk.args:
+                args.append(buf[a.node])
+                if a.strides:
+                    args.append(f"*{buf[a.node]}.stride()")
+            if gk.workspace:
+                args.append("ws")
+            meta = [f"{c}={v}" for c, v in gk.constexprs.items()]
+            meta += [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
+            run.append(f"    {gk.name}[{gk.grid!r}]({', '.join(args + meta)})")
+        kernels.extend(step)
+    run.append(f"    return [{', '.join(buf[o] for o in g.outputs)}]")
+    parts = [f"# Generated by fusionsearch for graph {g.signature_hash()}: {len(kernels)} Triton kernels, "
+             f"{len(externs)} extern calls.", "# Standalone: needs torch and triton only.", PRELUDE]
+    if externs:
+        parts.append(EXTERN_LOADER)
+    parts += ["\n" + gk.source for gk in kernels]
+    parts.append("\n" + "\n".join(run) + "\n")
+    return PlanModule("\n".join(parts), kernels, externs)
+
+
+def tensor_dtype(dtype: torch.dtype) -> str:
+    return f"torch.{dtype_name(dtype)}"

@@ -1,0 +1,208 @@
+"""The matmul template: a K loop whose tile indices are recomputed from the loop index on every iteration,
+with hooks for each input's load (prologue) and the output's store (epilogue); split-K through a workspace
+and a reduce kernel that then runs the epilogue."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fusionsearch.codegen.dtypes import Value, convert, tl_dtype
+from fusionsearch.codegen.emit import NameGen, Source
+from fusionsearch.codegen.kernel import GeneratedKernel
+from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator, _broadcast_index, _reshape_index
+from fusionsearch.errors import CodegenError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.search.plan import TemplateKernel, template_operands
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The matmul's sizes: B batches of [M,K] @ [K,N]."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+
+
+def problem(g: OpGraph, mm: str) -> Problem:
+    node = g.node(mm)
+    ops = template_operands(g, mm)
+    a, b = g.node(ops["A"]), g.node(ops["B"])
+    if node.op == "bmm":
+        return Problem(a.shape[0], a.shape[1], b.shape[2], a.shape[2])
+    if node.op == "linear":
+        return Problem(1, math.prod(a.shape[:-1]), b.shape[0], a.shape[-1])
+    return Problem(1, a.shape[0], b.shape[1], a.shape[1])
+
+
+class _Tile:
+    """The tile's index components for A, B and the output, masks dropped where the size divides evenly."""
+
+    def __init__(self, p: Problem, bm: int, bn: int, even_k: bool) -> None:
+        mm = None if p.m % bm == 0 else "mask_m"
+        mn = None if p.n % bn == 0 else "mask_n"
+        mk = None if even_k else "mask_k"
+        self.m_row = Idx("idx_m[:, None]", f"{mm}[:, None]" if mm else None)
+        self.n_col = Idx("idx_n[None, :]", f"{mn}[None, :]" if mn else None)
+        self.k_col = Idx("idx_k[None, :]", f"{mk}[None, :]" if mk else None)
+        self.k_row = Idx("idx_k[:, None]", f"{mk}[:, None]" if mk else None)
+        self.b = Idx("pid_b")
+
+
+def _operand_index(g: OpGraph, mm: str, side: str, t: _Tile) -> tuple[Idx, ...]:
+    node = g.node(mm)
+    if node.op == "bmm":
+        return (t.b, t.m_row, t.k_col) if side == "A" else (t.b, t.k_row, t.n_col)
+    if node.op == "linear":
+        if side == "B":
+            return (t.n_col, t.k_row)  # weight [N, K]
+        lead = g.node(node.inputs[0]).shape[:-1]
+        return (*_reshape_index((math.prod(lead),), lead, (t.m_row,)), t.k_col)
+    return (t.m_row, t.k_col) if side == "A" else (t.k_row, t.n_col)
+
+
+def _output_index(g: OpGraph, mm: str, t: _Tile) -> tuple[Idx, ...]:
+    node = g.node(mm)
+    if node.op == "bmm":
+        return (t.b, t.m_row, t.n_col)
+    if node.op == "linear":
+        lead = node.shape[:-1]
+        return (*_reshape_index((math.prod(lead),), lead, (t.m_row,)), t.n_col)
+    return (t.m_row, t.n_col)
+
+
+def _header(src: Source, title: str, p: Problem, split: int) -> None:
+    src.line(f"# {title}")
+    src.line(f"M = {p.m}")
+    src.line(f"N = {p.n}")
+    src.line(f"K = {p.k}")
+    src.line("pid = tl.program_id(0)")
+    if split > 1:
+        src.line("pid_k = tl.program_id(1)")
+    src.line("pid_b = tl.program_id(2)")
+    src.line("num_pid_m = tl.cdiv(M, BLOCK_M)")
+    src.line("num_pid_n = tl.cdiv(N, BLOCK_N)")
+    src.line("num_pid_in_group = GROUP_M * num_pid_n")
+    src.line("group_id = pid // num_pid_in_group")
+    src.line("first_pid_m = group_id * GROUP_M")
+    src.line("group_size_m = min(num_pid_m - first_pid_m, GROUP_M)")
+    src.line("pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)")
+    src.line("pid_n = (pid % num_pid_in_group) // group_size_m")
+    src.line("idx_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+    src.line("idx_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+    src.line("mask_m = idx_m < M")
+    src.line("mask_n = idx_n < N")
+
+
+def _epilogue(g: OpGraph, k: TemplateKernel, stored: set[str], src: Source, buffers: Buffers, t: _Tile,
+              acc: str, upcast: bool) -> None:
+    """store_output hook: the matmul value (with its bias) at the output tile, the fused epilogue, the stores."""
+    node = g.node(k.matmul)
+    out_idx = _output_index(g, k.matmul, t)
+    ev = TileEvaluator(g, set(k.epilogue) | {k.matmul}, buffers, src, upcast)
+    value = acc
+    bias = template_operands(g, k.matmul).get("bias")
+    if bias is not None:
+        bv = ev.value(bias, _broadcast_index(g.node(bias).shape, node.shape, out_idx))
+        alpha, beta = node.attrs.get("alpha", 1), node.attrs.get("beta", 1)
+        scaled = acc if alpha == 1 else f"{acc} * {float(alpha)!r}"
+        bterm = convert(bv.name, bv.dtype, torch.float32)
+        bterm = bterm if beta == 1 else f"{bterm} * {float(beta)!r}"
+        src.line(f"acc_bias = {scaled} + {bterm}")
+        value = "acc_bias"
+    name = src.names.fresh("c")
+    src.line(f"{name} = {value}.to({tl_dtype(node.dtype)})")
+    mm_value = Value(name, node.dtype, node.dtype)
+    if upcast and node.dtype in (torch.float16, torch.bfloat16):
+        up = src.names.fresh("c")
+        src.line(f"{up} = {name}.to(tl.float32)")
+        mm_value = Value(up, torch.float32, node.dtype)
+    ev.seed(k.matmul, out_idx, mm_value)
+    targets = [n for n in (k.matmul, *k.epilogue) if n in stored]
+    for n in targets:
+        if g.node(n).shape != node.shape:
+            raise CodegenError(f"epilogue value {n!r} of shape {list(g.node(n).shape)} cannot be stored from the "
+                               f"matmul's {list(node.shape)} tile")
+        ev.store(n, out_idx, ev.value(n, out_idx))
+
+
+def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
+                      upcast_prologue: bool = False, upcast_epilogue: bool = True) -> list[GeneratedKernel]:
+    """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel."""
+    cfg = k.config
+    p = problem(g, k.matmul)
+    if min(p.m, p.n, p.k) == 0:
+        raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
+    split = max(1, min(cfg.split_k, math.ceil(p.k / cfg.block_k)))
+    k_tiles = math.ceil(math.ceil(p.k / cfg.block_k) / split)
+    even_k = p.k % cfg.block_k == 0 and math.ceil(p.k / cfg.block_k) == k_tiles * split
+    t = _Tile(p, cfg.block_m, cfg.block_n, even_k)
+    names = NameGen()
+    buffers = Buffers(g)
+    src = Source(1, names)
+    mm_node = g.node(k.matmul)
+    _header(src, f"fusionsearch template kernel: {mm_node.op}, prologue A {len(k.prologue_a)} ops, "
+                 f"B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} ops, {cfg.short()}", p, split)
+    src.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    hoist = src.child()
+    loop = src.child(1)
+    loop.line(f"idx_k = ({'pid_k * ' + str(k_tiles) + ' + ' if split > 1 else ''}k_tile) * BLOCK_K + tl.arange(0, BLOCK_K)")
+    if not even_k:
+        loop.line("mask_k = idx_k < K")
+    ops = template_operands(g, k.matmul)
+    op_dtype = g.node(ops["A"]).dtype
+    operand_vars = {}
+    for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
+        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast_prologue, hoist=hoist, loop_tokens=("idx_k", "mask_k"))
+        idx = _operand_index(g, k.matmul, side, t)
+        v = ev.value(ops[side], idx)
+        var = side.lower()
+        loop.line(f"{var} = {convert(v.name, v.dtype, op_dtype)}")
+        if nodes and not even_k:
+            # Padded K must contribute zero even where the prologue maps 0 to something else (exp, +1, ...).
+            kmask = t.k_col.mask if side == "A" else t.k_row.mask
+            loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")
+        operand_vars[side] = var
+    precision = ', input_precision="ieee"' if op_dtype == torch.float32 else ""
+    loop.line(f"acc = tl.dot(a, b, acc{precision})")
+    src.splice(hoist)
+    src.line(f"for k_tile in range({k_tiles}):")
+    src.splice(loop)
+    tiles = math.ceil(p.m / cfg.block_m) * math.ceil(p.n / cfg.block_n)
+    constexprs = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m}
+    kernels = []
+    if split == 1:
+        _epilogue(g, k, stored, src, buffers, t, "acc", upcast_epilogue)
+        kernels.append(_finish(name, src, buffers, (tiles, 1, p.batch), constexprs, cfg))
+        return kernels
+    ws_elems = split * p.batch * p.m * p.n
+    src.line(f"ws_off = ((pid_k * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
+    src.line("tl.store(ws_ptr + ws_off, acc, mask=mask_m[:, None] & mask_n[None, :])")
+    kernels.append(_finish(name, src, buffers, (tiles, split, p.batch), constexprs, cfg, ws_elems))
+    # The reduce kernel sums the partial tiles, then runs the epilogue once.
+    rnames = NameGen()
+    rbuf = Buffers(g)
+    rsrc = Source(1, rnames)
+    _header(rsrc, f"fusionsearch split-K reduce + epilogue ({split} splits)", p, 1)
+    rsrc.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    rsrc.line(f"for s in range({split}):")
+    rsrc.line(f"    ws_off = ((s * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
+    rsrc.line("    acc += tl.load(ws_ptr + ws_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0)")
+    _epilogue(g, k, stored, rsrc, rbuf, t, "acc", upcast_epilogue)
+    kernels.append(_finish(name + "_reduce", rsrc, rbuf, (tiles, 1, p.batch), constexprs, cfg, ws_elems))
+    return kernels
+
+
+def _finish(name: str, body: Source, buffers: Buffers, grid: tuple[int, int, int], constexprs: dict[str, int],
+            cfg: object, workspace: int = 0) -> GeneratedKernel:
+    params = buffers.params() + (["ws_ptr"] if workspace else []) + [f"{c}: tl.constexpr" for c in constexprs]
+    head = Source(0)
+    head.line("@triton.jit")
+    head.line(f"def {name}({', '.join(params)}):")
+    head.splice(body)
+    return GeneratedKernel(name, head.text(), buffers.args, grid, constexprs,
+                           getattr(cfg, "num_warps", 4), getattr(cfg, "num_stages", 3), workspace)

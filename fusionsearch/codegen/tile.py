@@ -1,0 +1,252 @@
+"""Evaluating a fused subgraph on a tile: each node's value at an index tuple, as generated Triton lines.
+
+Layout ops are index maps, gathers load their indices first, pointwise ops broadcast; values read from
+memory are loaded through stride arguments. The matmul template and pointwise kernels share this."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from fusionsearch.codegen.dtypes import Value, compute_dtype, convert
+from fusionsearch.codegen.emit import Source
+from fusionsearch.errors import CodegenError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.registry import get_op
+
+
+@dataclass(frozen=True)
+class Idx:
+    """One index component: a Triton expression broadcastable to the tile ('0' for a broadcast dim) and the
+    mask that bounds it (None when always in range)."""
+
+    expr: str
+    mask: str | None = None
+
+
+ZERO = Idx("0")
+
+
+@dataclass
+class BufferArg:
+    """A tensor argument of a generated kernel: its pointer and per-dim stride parameter names."""
+
+    node: str
+    ptr: str
+    strides: list[str]
+    role: str  # "in" or "out"
+
+
+class Buffers:
+    """The kernel's tensor arguments in order of first use, named by generated identifiers."""
+
+    def __init__(self, g: OpGraph) -> None:
+        self.g = g
+        self.args: list[BufferArg] = []
+        self._by_key: dict[tuple[str, str], BufferArg] = {}
+
+    def get(self, node: str, role: str = "in") -> BufferArg:
+        key = (node, role)
+        if key not in self._by_key:
+            i = len(self.args)
+            prefix = f"{role}{i}"
+            rank = len(self.g.node(node).shape)
+            arg = BufferArg(node, f"{prefix}_ptr", [f"{prefix}_s{d}" for d in range(rank)], role)
+            self.args.append(arg)
+            self._by_key[key] = arg
+        return self._by_key[key]
+
+    def params(self) -> list[str]:
+        return [p for a in self.args for p in (a.ptr, *a.strides)]
+
+
+def offset(arg: BufferArg, index: tuple[Idx, ...]) -> str:
+    terms = [f"({c.expr}) * {s}" for c, s in zip(index, arg.strides, strict=True) if c.expr != "0"]
+    return " + ".join(terms) if terms else "0"
+
+
+def mask_of(index: tuple[Idx, ...]) -> str | None:
+    masks: list[str] = []
+    for c in index:
+        if c.mask and c.mask not in masks:
+            masks.append(c.mask)
+    return " & ".join(f"({m})" for m in masks) if masks else None
+
+
+class TileEvaluator:
+    """Generates the value of graph nodes at index tuples of one tile.
+
+    `computed` are the nodes this region computes (the rest are loaded); `seeded` maps a node to a value
+    already available at the region's own index (the matmul result in an epilogue). Values that do not
+    depend on `loop_tokens` go to `hoist` (before the K loop) when one is given.
+    """
+
+    def __init__(self, g: OpGraph, computed: set[str], buffers: Buffers, body: Source, upcast: bool,
+                 hoist: Source | None = None, loop_tokens: tuple[str, ...] = ()) -> None:
+        self.g, self.computed, self.buffers, self.upcast = g, computed, buffers, upcast
+        self.body, self.hoist = body, hoist
+        self.memo: dict[tuple[str, tuple[str, ...]], Value] = {}
+        self._variant = set(loop_tokens)
+
+    def seed(self, node: str, index: tuple[Idx, ...], value: Value) -> None:
+        self.memo[(node, tuple(c.expr for c in index))] = value
+
+    # ---- emission ------------------------------------------------------------------------------
+    def _is_variant(self, *exprs: str | None) -> bool:
+        if not self._variant:
+            return False
+        text = " ".join(e for e in exprs if e)
+        return any(re.search(rf"\b{re.escape(tok)}\b", text) for tok in self._variant)
+
+    def _emit(self, prefix: str, expr: str, dtype: torch.dtype, logical: torch.dtype, variant: bool) -> Value:
+        sink = self.body if (variant or self.hoist is None) else self.hoist
+        name = sink.names.fresh(prefix)
+        sink.line(f"{name} = {expr}")
+        if variant and self.hoist is not None:
+            self._variant.add(name)
+        return Value(name, dtype, logical)
+
+    # ---- values --------------------------------------------------------------------------------
+    def value(self, n: str, index: tuple[Idx, ...]) -> Value:
+        key = (n, tuple(c.expr for c in index))
+        if key in self.memo:
+            return self.memo[key]
+        node = self.g.node(n)
+        if len(index) != len(node.shape):
+            raise CodegenError(f"internal: index of rank {len(index)} for a rank-{len(node.shape)} value")
+        if n not in self.computed:
+            v = self._load(n, index)
+        elif node.kind == "layout":
+            v = self.value(node.inputs[0], self._layout_index(n, index))
+        elif node.kind == "indexing":
+            v = self._gather(n, index)
+        elif node.kind == "pointwise":
+            v = self._pointwise(n, index)
+        else:
+            raise CodegenError(f"a {node.op} result cannot be evaluated at another tile's index inside this kernel")
+        self.memo[key] = v
+        return v
+
+    def _load(self, n: str, index: tuple[Idx, ...]) -> Value:
+        node = self.g.node(n)
+        arg = self.buffers.get(n)
+        mask = mask_of(index)
+        args = f"{arg.ptr} + {offset(arg, index)}"
+        expr = f"tl.load({args}, mask={mask}, other=0)" if mask else f"tl.load({args})"
+        variant = self._is_variant(*(c.expr for c in index), mask)
+        return self._emit("ld", expr, node.dtype, node.dtype, variant)
+
+    def _layout_index(self, n: str, index: tuple[Idx, ...]) -> tuple[Idx, ...]:
+        node = self.g.node(n)
+        src = self.g.node(node.inputs[0])
+        a = node.attrs
+        if node.op == "transpose":
+            d0, d1 = a.get("dim0", 0) % len(src.shape), a.get("dim1", 1) % len(src.shape)
+            out = list(index)
+            out[d0], out[d1] = index[d1], index[d0]
+            return tuple(out)
+        if node.op == "permute":
+            res: list[Idx] = [ZERO] * len(src.shape)
+            for i, d in enumerate(a["dims"]):
+                res[d % len(src.shape)] = index[i]
+            return tuple(res)
+        if node.op == "unsqueeze":
+            d = a["dim"] % len(node.shape)
+            return index[:d] + index[d + 1:]
+        if node.op == "expand":
+            lead = len(node.shape) - len(src.shape)
+            return tuple(ZERO if src.shape[j] == 1 and node.shape[j + lead] != 1 else index[j + lead]
+                         for j in range(len(src.shape)))
+        if node.op in ("view", "reshape"):
+            return _reshape_index(node.shape, src.shape, index)
+        raise CodegenError(f"no index map for layout op {node.op}")
+
+    def _gather(self, n: str, index: tuple[Idx, ...]) -> Value:
+        node = self.g.node(n)
+        table, idx = node.inputs
+        ir = len(self.g.node(idx).shape)
+        iv = self.value(idx, index[:ir])
+        rows = self.g.node(table).shape[0]
+        # Negative indices count from the end, as in torch.
+        fixed = self._emit("row", f"tl.where({iv.name} < 0, {iv.name} + {rows}, {iv.name})", iv.dtype, iv.dtype,
+                           self._is_variant(iv.name))
+        row = Idx(fixed.name, mask_of(index[:ir]))
+        return self.value(table, (row, *index[ir:]))
+
+    def _pointwise(self, n: str, index: tuple[Idx, ...]) -> Value:
+        node = self.g.node(n)
+        op = get_op(node.op)
+        operands = [self.value(src, _broadcast_index(self.g.node(src).shape, node.shape, index))
+                    for src in node.inputs]
+        variant = any(self._is_variant(v.name) for v in operands)
+        if node.op == "cast":
+            (v,) = operands
+            expr = convert(v.name, v.dtype, node.dtype)
+            dtype = node.dtype
+            if self.upcast and node.dtype in (torch.float16, torch.bfloat16):
+                expr, dtype = f"{expr}.to(tl.float32)", torch.float32  # keep the rounding, compute on in fp32
+            return self._emit("v", expr, dtype, node.dtype, variant)
+        if node.dtype == torch.bool:  # comparisons: compute in the operands' promoted dtype
+            cdt = _promoted(operands, node.attrs)
+            cdt = compute_dtype(cdt, False, self.upcast)
+        else:
+            cdt = compute_dtype(node.dtype, op.needs_fp32, self.upcast)
+        args = []
+        for slot, v in enumerate(operands):
+            keep_bool = node.op == "where" and slot == 0
+            args.append(v.name if keep_bool else convert(v.name, v.dtype, cdt))
+        expr = op.triton(args, node.attrs)  # type: ignore[misc]
+        result_dtype = torch.bool if node.dtype == torch.bool else cdt
+        v = self._emit("v", expr, result_dtype, node.dtype, variant)
+        if result_dtype != node.dtype and not (self.upcast and result_dtype == torch.float32
+                                               and node.dtype in (torch.float16, torch.bfloat16)):
+            v = self._emit("v", convert(v.name, result_dtype, node.dtype), node.dtype, node.dtype, variant)
+        return v
+
+    def store(self, n: str, index: tuple[Idx, ...], v: Value) -> None:
+        """Write `v` (node `n`'s value at `index`) to `n`'s output buffer, converted to the graph dtype."""
+        arg = self.buffers.get(n, "out")
+        mask = mask_of(index)
+        data = convert(v.name, v.dtype, self.g.node(n).dtype)
+        tail = f", mask={mask}" if mask else ""
+        self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
+
+
+def _promoted(operands: list[Value], attrs: dict[str, object]) -> torch.dtype:
+    result = operands[0].logical
+    for v in operands[1:]:
+        result = torch.result_type(torch.empty(1, dtype=result), torch.empty(1, dtype=v.logical))
+    if attrs.get("scalar") is not None:
+        result = torch.result_type(torch.empty(1, dtype=result), attrs["scalar"])  # type: ignore[arg-type]
+    return result
+
+
+def _broadcast_index(src: tuple[int, ...], out: tuple[int, ...], index: tuple[Idx, ...]) -> tuple[Idx, ...]:
+    """torch broadcasting as an index map: leading dims dropped, size-1 dims read at 0."""
+    lead = len(out) - len(src)
+    return tuple(ZERO if src[j] == 1 and out[j + lead] != 1 else index[j + lead] for j in range(len(src)))
+
+
+def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx, ...]) -> tuple[Idx, ...]:
+    """Row-major reshape as an index map: linearise the output index, split it over the source dims."""
+    if out == src:
+        return index
+    masks = mask_of(index)
+    terms, stride = [], 1
+    for size, c in zip(reversed(out), reversed(index), strict=True):
+        if c.expr != "0" and size != 1:
+            terms.append(f"({c.expr}) * {stride}" if stride != 1 else f"({c.expr})")
+        stride *= size
+    linear = " + ".join(reversed(terms)) if terms else "0"
+    res, inner = [], math.prod(src)
+    for size in src:
+        inner //= max(size, 1)
+        if size == 1:
+            res.append(ZERO)
+            continue
+        expr = f"(({linear}) // {inner})" if inner != 1 else f"({linear})"
+        res.append(Idx(f"({expr} % {size})", masks))
+    return tuple(res)

@@ -1,0 +1,478 @@
+"""The fusion plan: an ordered list of kernels covering the graph, its legality, JSON form and reference plans.
+
+A plan is decisions, not artefacts: generated source is a pure function of (graph, plan)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import networkx as nx
+
+from fusionsearch.errors import PlanError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
+
+PLAN_VERSION = 1
+FUSABLE = ("pointwise", "layout", "indexing")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One matmul tile configuration (a hashable value, like triton.Config)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 32
+    group_m: int = 8
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        for key, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlanError(f"tile config {key} must be a positive integer, got {value!r}")
+        for key in ("block_m", "block_n", "block_k", "num_warps"):
+            v = getattr(self, key)
+            if v & (v - 1):
+                raise PlanError(f"tile config {key} must be a power of two, got {v}")
+        if min(self.block_m, self.block_n, self.block_k) < 16:
+            raise PlanError("tile config block_m, block_n and block_k must be at least 16 (tl.dot's minimum)")
+
+    def short(self) -> str:
+        return (f"{self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} sk{self.split_k} "
+                f"w{self.num_warps} s{self.num_stages}")
+
+
+@dataclass(frozen=True)
+class TemplateKernel:
+    """One matmul with the nodes fused into its A and B loads (prologues) and evaluated on its output tile
+    (epilogue: downstream pointwise work, and whatever computes an addmm/linear bias)."""
+
+    matmul: str
+    prologue_a: tuple[str, ...] = ()
+    prologue_b: tuple[str, ...] = ()
+    epilogue: tuple[str, ...] = ()
+    config: TileConfig = field(default_factory=TileConfig)
+    kind: Literal["template"] = "template"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (*self.prologue_a, *self.prologue_b, self.matmul, *self.epilogue)
+
+
+@dataclass(frozen=True)
+class PointwiseKernel:
+    """A fused group of pointwise, layout and indexing nodes, run over the shape of the values it stores."""
+
+    nodes: tuple[str, ...]
+    kind: Literal["pointwise"] = "pointwise"
+
+
+@dataclass(frozen=True)
+class ExternKernel:
+    """One extern node, run by PyTorch."""
+
+    node: str
+    kind: Literal["extern"] = "extern"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.node,)
+
+
+Kernel = TemplateKernel | PointwiseKernel | ExternKernel
+
+
+def produced(k: Kernel) -> tuple[str, ...]:
+    """Nodes a kernel can write to memory: prologue values live only in registers."""
+    if isinstance(k, TemplateKernel):
+        return (k.matmul, *k.epilogue)
+    return k.nodes
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An ordered list of kernels covering every node of `graph`; `recompute` names nodes that the plan
+    deliberately computes in more than one kernel."""
+
+    graph: OpGraph = field(compare=False, repr=False)
+    kernels: tuple[Kernel, ...]
+    recompute: frozenset[str] = frozenset()
+
+    # ---- derived facts the code generator and cost model share ---------------------------------
+    def stored(self) -> list[set[str]]:
+        """Per kernel, the nodes it writes to memory: graph outputs and values read by another kernel."""
+        g = self.graph
+        computed_in = [set(k.nodes) for k in self.kernels]
+        first_producer: dict[str, int] = {}
+        for i, k in enumerate(self.kernels):
+            for n in produced(k):
+                first_producer.setdefault(n, i)
+        out: list[set[str]] = [set() for _ in self.kernels]
+        for n, i in first_producer.items():
+            if n in g.outputs:
+                out[i].add(n)
+                continue
+            for j, nodes in enumerate(computed_in):
+                if j != i and n not in nodes and any(c in nodes for c in g.consumers(n)):
+                    out[i].add(n)
+                    break
+        return out
+
+    def check(self) -> Plan:
+        """Raise PlanError unless the plan is legal for its graph; returns self."""
+        check_plan(self)
+        return self
+
+    # ---- JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        kernels = []
+        for k in self.kernels:
+            d = asdict(k)
+            for key, v in d.items():
+                if isinstance(v, tuple):
+                    d[key] = list(v)
+            kernels.append(d)
+        return {"version": PLAN_VERSION, "graph": self.graph.signature_hash(), "kernels": kernels,
+                "recompute": sorted(self.recompute)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @staticmethod
+    def from_json(text: str, graph: OpGraph) -> Plan:
+        """Read a plan saved by `to_json` for `graph`; a SpecError or PlanError says what does not fit."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"plan: not valid JSON ({e.msg} at line {e.lineno})") from None
+        return Plan.from_dict(data, graph)
+
+    @staticmethod
+    def from_dict(data: Any, graph: OpGraph) -> Plan:
+        if not isinstance(data, dict) or not isinstance(data.get("kernels"), list):
+            raise SpecError("plan: expected an object with a 'kernels' list")
+        if data.get("version", PLAN_VERSION) != PLAN_VERSION:
+            raise SpecError(f"plan: version {data.get('version')!r} is not supported (expected {PLAN_VERSION})")
+        if "graph" in data and data["graph"] != graph.signature_hash():
+            raise PlanError("plan: it was made for a different graph (signature differs); search this graph again")
+        kernels: list[Kernel] = []
+        for i, d in enumerate(data["kernels"]):
+            kernels.append(_kernel_from_dict(d, f"plan kernel {i}"))
+        recompute = data.get("recompute", [])
+        if not isinstance(recompute, list) or not all(isinstance(r, str) for r in recompute):
+            raise SpecError("plan: 'recompute' must be a list of node names")
+        return Plan(graph, tuple(kernels), frozenset(recompute)).check()
+
+    def describe(self) -> str:
+        """One line per kernel."""
+        lines = []
+        for i, k in enumerate(self.kernels):
+            if isinstance(k, TemplateKernel):
+                parts = [f"{i}: {self.graph.node(k.matmul).op} {k.matmul}"]
+                if k.prologue_a:
+                    parts.append(f"prologue A [{', '.join(k.prologue_a)}]")
+                if k.prologue_b:
+                    parts.append(f"prologue B [{', '.join(k.prologue_b)}]")
+                if k.epilogue:
+                    parts.append(f"epilogue [{', '.join(k.epilogue)}]")
+                parts.append(f"config {k.config.short()}")
+                lines.append("; ".join(parts))
+            else:
+                lines.append(f"{i}: {k.kind} [{', '.join(k.nodes)}]")
+        return "\n".join(lines)
+
+    # ---- execution (thin wrappers over codegen) -------------------------------------------------
+    def compile(self, **options: Any) -> Any:
+        """A callable `(*inputs) -> list of outputs` running the generated kernels."""
+        from fusionsearch.codegen.runtime import compile_plan
+
+        return compile_plan(self, **options)
+
+    def export(self, directory: str, **options: Any) -> str:
+        """Write a standalone module (torch + triton only) with the kernels and `run(*inputs)`; returns its path."""
+        from fusionsearch.codegen.runtime import export_plan
+
+        return export_plan(self, directory, **options)
+
+
+def _kernel_from_dict(d: Any, where: str) -> Kernel:
+    if not isinstance(d, dict):
+        raise SpecError(f"{where}: must be an object")
+    kind = d.get("kind")
+
+    def names(key: str) -> tuple[str, ...]:
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise SpecError(f"{where}: {key!r} must be a list of node names")
+        return tuple(v)
+
+    if kind == "template":
+        cfg = d.get("config", {})
+        if not isinstance(cfg, dict) or set(cfg) - set(TileConfig.__dataclass_fields__):
+            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
+        if not isinstance(d.get("matmul"), str):
+            raise SpecError(f"{where}: 'matmul' must be a node name")
+        return TemplateKernel(d["matmul"], names("prologue_a"), names("prologue_b"), names("epilogue"), TileConfig(**cfg))
+    if kind == "pointwise":
+        return PointwiseKernel(names("nodes"))
+    if kind == "extern":
+        if not isinstance(d.get("node"), str):
+            raise SpecError(f"{where}: 'node' must be a node name")
+        return ExternKernel(d["node"])
+    raise SpecError(f"{where}: 'kind' must be template, pointwise or extern, got {kind!r}")
+
+
+# ---- legality ----------------------------------------------------------------------------------
+
+def check_plan(plan: Plan) -> None:
+    """Every node covered once (or recomputed by choice), dependencies computed first, fused sets mapping onto
+    their tiles. Raises PlanError naming the first problem."""
+    g = plan.graph
+    count: dict[str, int] = {}
+    for k in plan.kernels:
+        for n in k.nodes:
+            if n not in g:
+                raise PlanError(f"plan names node {n!r}, which is not in the graph")
+            count[n] = count.get(n, 0) + 1
+    for node in g:
+        if node.op == "input":
+            if node.name in count:
+                raise PlanError(f"graph input {node.name!r} cannot be computed by a kernel")
+            continue
+        c = count.get(node.name, 0)
+        if c == 0:
+            raise PlanError(f"node {node.name!r} is not computed by any kernel of the plan")
+        if c > 1 and node.name not in plan.recompute:
+            raise PlanError(f"node {node.name!r} is computed by {c} kernels; list it under 'recompute' to allow that")
+    materialised = set(g.inputs)
+    for i, k in enumerate(plan.kernels):
+        _check_kernel(g, k, i)
+        inside = set(k.nodes)
+        for n in k.nodes:
+            for src in g.node(n).inputs:
+                if src not in inside and src not in materialised:
+                    raise PlanError(f"kernel {i} reads {src!r} (input of {n!r}) before any kernel writes it")
+        materialised |= set(produced(k))
+
+
+def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
+    where = f"kernel {i}"
+    if isinstance(k, ExternKernel):
+        if g.node(k.node).kind != "extern":
+            raise PlanError(f"{where}: {k.node!r} is a {g.node(k.node).op}, not an extern op")
+        return
+    if isinstance(k, PointwiseKernel):
+        if not k.nodes:
+            raise PlanError(f"{where}: a pointwise kernel needs at least one node")
+        shapes = set()
+        for n in k.nodes:
+            if g.node(n).kind not in FUSABLE:
+                raise PlanError(f"{where}: {n!r} ({g.node(n).op}) cannot go in a pointwise kernel")
+        inside = set(k.nodes)
+        sinks = [n for n in k.nodes if not any(c in inside for c in g.consumers(n))]
+        shapes = {g.node(n).shape for n in sinks}
+        if len(shapes) != 1:
+            raise PlanError(f"{where}: the pointwise kernel's results have different shapes {sorted(shapes)}; split it")
+        return
+    mm = g.node(k.matmul)
+    if mm.kind != "template":
+        raise PlanError(f"{where}: {k.matmul!r} is a {mm.op}, not a matmul")
+    operands = template_operands(g, k.matmul)
+    for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
+        if not nodes:
+            continue
+        root = operands[side]
+        if root not in nodes:
+            raise PlanError(f"{where}: prologue {side} must include the operand {root!r} itself")
+        allowed = nx.ancestors(g.nx, root) | {root}
+        for n in nodes:
+            if g.node(n).kind not in FUSABLE:
+                raise PlanError(f"{where}: {n!r} ({g.node(n).op}) cannot be fused into a matmul prologue")
+            if n not in allowed:
+                raise PlanError(f"{where}: {n!r} does not feed operand {side} ({root!r}), so it cannot be its prologue")
+    out_shape = mm.shape
+    inside = set(k.epilogue)
+    for n in k.epilogue:
+        node = g.node(n)
+        if node.kind not in ("pointwise", "layout", "indexing"):
+            raise PlanError(f"{where}: {n!r} ({node.op}) cannot be fused into a matmul epilogue")
+        downstream = k.matmul in nx.ancestors(g.nx, n)
+        if downstream and node.shape != out_shape:
+            raise PlanError(f"{where}: epilogue node {n!r} has shape {list(node.shape)}, "
+                            f"the matmul's tile covers {list(out_shape)}")
+        if not downstream and not _feeds_bias(g, k.matmul, n, inside):
+            raise PlanError(f"{where}: {n!r} neither follows the matmul nor computes its bias, so it is not an epilogue")
+
+
+def _feeds_bias(g: OpGraph, mm: str, n: str, inside: set[str]) -> bool:
+    bias = template_operands(g, mm).get("bias")
+    return bias is not None and (n == bias or n in nx.ancestors(g.nx, bias))
+
+
+def template_operands(g: OpGraph, mm: str) -> dict[str, str]:
+    """The matmul's operand nodes by role: A, B, and bias where the op has one."""
+    node = g.node(mm)
+    if node.op == "addmm":
+        return {"bias": node.inputs[0], "A": node.inputs[1], "B": node.inputs[2]}
+    roles = {"A": node.inputs[0], "B": node.inputs[1]}
+    if node.op == "linear" and len(node.inputs) == 3:
+        roles["bias"] = node.inputs[2]
+    return roles
+
+
+# ---- building plans from decisions -------------------------------------------------------------
+
+Decision = tuple[str, ...]  # ("standalone",) | ("epilogue", mm) | ("prologue", mm, "A"|"B") | ("group", gid)
+
+
+def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
+               recompute: Iterable[str] = ()) -> Plan:
+    """Assemble a legal, ordered Plan from per-node decisions for the fusable nodes (default: standalone)
+    and per-matmul tile configs; kernels are ordered by their dependencies."""
+    configs = configs or {}
+    groups: dict[str, list[str]] = {}
+    pro: dict[tuple[str, str], list[str]] = {}
+    epi: dict[str, list[str]] = {}
+    order = g.topo_order()
+    for n in order:
+        node = g.node(n)
+        if node.kind not in FUSABLE:
+            continue
+        d = decisions.get(n, ("standalone",))
+        if d[0] == "standalone":
+            groups[f"_{n}"] = [n]
+        elif d[0] == "group":
+            groups.setdefault(str(d[1]), []).append(n)
+        elif d[0] == "epilogue":
+            epi.setdefault(d[1], []).append(n)
+        elif d[0] == "prologue":
+            pro.setdefault((d[1], d[2]), []).append(n)
+        else:
+            raise PlanError(f"unknown decision {d!r} for node {n!r}")
+    kernels: list[Kernel] = []
+    for n in order:
+        node = g.node(n)
+        if node.kind == "template":
+            kernels.append(TemplateKernel(n, tuple(pro.get((n, "A"), ())), tuple(pro.get((n, "B"), ())),
+                                          tuple(epi.get(n, ())), configs.get(n, default_config(g, n))))
+        elif node.kind == "extern":
+            kernels.append(ExternKernel(n))
+    kernels += [PointwiseKernel(tuple(nodes)) for nodes in groups.values()]
+    return Plan(g, tuple(_order_kernels(g, kernels)), frozenset(recompute)).check()
+
+
+def _order_kernels(g: OpGraph, kernels: Sequence[Kernel]) -> list[Kernel]:
+    """Topological order of kernels by the values they read; a cycle means the fusion choice is illegal."""
+    dep = nx.DiGraph()
+    dep.add_nodes_from(range(len(kernels)))
+    producer: dict[str, int] = {}
+    for i, k in enumerate(kernels):
+        for n in produced(k):
+            producer.setdefault(n, i)
+    for i, k in enumerate(kernels):
+        inside = set(k.nodes)
+        for n in k.nodes:
+            for src in g.node(n).inputs:
+                if src not in inside and src in producer and producer[src] != i:
+                    dep.add_edge(producer[src], i)
+    try:
+        return [kernels[i] for i in nx.lexicographical_topological_sort(dep)]
+    except nx.NetworkXUnfeasible:
+        raise PlanError("these fusion choices make two kernels wait on each other (a cycle); fuse differently") from None
+
+
+def default_config(g: OpGraph, mm: str) -> TileConfig:
+    """A reasonable tile config for the problem size: small M gets a short tile and split-K."""
+    node = g.node(mm)
+    m, n = node.shape[-2], node.shape[-1]
+    bm = 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
+    bn = 64 if n <= 64 else 128
+    return TileConfig(block_m=bm, block_n=bn, block_k=64 if m <= 64 else 32, group_m=8, split_k=1,
+                      num_warps=4, num_stages=3)
+
+
+def unfused(g: OpGraph) -> Plan:
+    """Every node its own kernel."""
+    return build_plan(g, {})
+
+
+def _fusable_ancestors(g: OpGraph, root: str, owner: str, taken: set[str]) -> list[str]:
+    """The operand's producers that can move into the template's load: fusable, not taken, not outputs,
+    and consumed only inside the prologue (so nothing else needs them written)."""
+    chosen: set[str] = set()
+    order = g.topo_order()
+    candidates = nx.ancestors(g.nx, root) | {root}
+    for n in reversed(order):  # consumers before producers
+        if n not in candidates or n in taken or n in g.outputs or g.node(n).kind not in FUSABLE:
+            continue
+        if all(c in chosen or c == owner for c in g.consumers(n)):
+            chosen.add(n)
+    return [n for n in order if n in chosen] if root in chosen else []
+
+
+def _epilogue_candidates(g: OpGraph, mm: str, taken: set[str]) -> list[str]:
+    """Pointwise nodes downstream of the matmul on its output tile, grown greedily."""
+    out_shape = g.node(mm).shape
+    chosen: list[str] = []
+    for n in g.topo_order():
+        node = g.node(n)
+        if n in taken or node.kind != "pointwise" or node.shape != out_shape:
+            continue
+        if any(src == mm or src in chosen for src in node.inputs):
+            chosen.append(n)
+    return chosen
+
+
+def fused_decisions(g: OpGraph, prologue_ok: Any = None) -> dict[str, Decision]:
+    """Greedy decisions: every epilogue fused, then prologues (filtered by `prologue_ok(g, mm, side, nodes)`)."""
+    decisions: dict[str, Decision] = {}
+    taken: set[str] = set()
+    for mm in g.nodes_of_kind("template"):
+        for n in _epilogue_candidates(g, mm, taken):
+            trial = {**decisions, n: ("epilogue", mm)}
+            try:
+                build_plan(g, trial)
+            except PlanError:
+                continue
+            decisions, _ = trial, taken.add(n)
+    for mm in g.nodes_of_kind("template"):
+        for side, root in template_operands(g, mm).items():
+            if side == "bias":
+                continue
+            nodes = _fusable_ancestors(g, root, mm, taken)
+            if not nodes or (prologue_ok is not None and not prologue_ok(g, mm, side, nodes)):
+                continue
+            trial = {**decisions, **{n: ("prologue", mm, side) for n in nodes}}
+            try:
+                build_plan(g, trial)
+            except PlanError:
+                continue
+            decisions = trial
+            taken |= set(nodes)
+    return decisions
+
+
+def fully_fused(g: OpGraph) -> Plan:
+    """Every legal epilogue and prologue fused."""
+    return build_plan(g, fused_decisions(g))
+
+
+def prologue_bytes_ok(g: OpGraph, mm: str, side: str, nodes: Sequence[str], factor: float = 1.1) -> bool:
+    """The prologue-fusion rule: fuse only where the template reads at most `factor` times the bytes of the
+    unfused operand; gathers excepted (they read only the rows they need)."""
+    if any(g.node(n).kind == "indexing" for n in nodes):
+        return True
+    inside = set(nodes)
+    leaves = {src for n in nodes for src in g.node(n).inputs if src not in inside}
+    read = sum(g.node(src).nbytes for src in leaves)
+    operand = template_operands(g, mm)[side]
+    return read <= factor * g.node(operand).nbytes
+
+
+def heuristic(g: OpGraph) -> Plan:
+    """Every epilogue fused; prologues where the bytes rule allows."""
+    return build_plan(g, fused_decisions(g, prologue_bytes_ok))
