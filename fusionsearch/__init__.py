@@ -12,6 +12,7 @@ from fusionsearch.errors import (
     PlanError,
     SpecError,
 )
+from fusionsearch import measure, search
 from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
 
 __version__ = "0.1.0"
@@ -26,5 +27,5 @@ def capture(fn_or_module, *example_inputs):  # type: ignore[no-untyped-def]
 
 __all__ = [
     "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
-    "SpecError", "capture", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
+    "SpecError", "capture", "measure", "search", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
 ]

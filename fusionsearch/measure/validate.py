@@ -1,0 +1,69 @@
+"""Validation: a plan's outputs against the float64 reference on fresh random inputs, outputs poisoned first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fusionsearch.graph.reference import random_inputs, reference
+
+# Relative Frobenius error allowed per output dtype, against the float64 reference.
+TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-9, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+@dataclass(frozen=True)
+class Validation:
+    """ok when every output is within its dtype's tolerance; rel_err is the worst output's error."""
+
+    ok: bool
+    rel_err: float
+    reason: str = ""
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error of `out` against `ref`; inf when shapes differ or `out` has NaN/Inf where
+    the reference is finite."""
+    if out.shape != ref.shape:
+        return float("inf")
+    if not out.dtype.is_floating_point:
+        return 0.0 if torch.equal(out.to(ref.dtype), ref) else float("inf")
+    o, r = out.double(), ref.double()
+    if not torch.isfinite(o).all():
+        return float("inf")
+    denom = r.norm().item()
+    diff = (o - r).norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def validate(plan: object, graph: object = None, inputs: Sequence[torch.Tensor] | None = None, seed: int = 0,
+             device: str | torch.device | None = None, **options: object) -> Validation:
+    """Compile and run `plan` on `inputs` (fresh random inputs when None) with poisoned outputs; compare each
+    output to the float64 reference. Never raises for a failing kernel: the reason is returned."""
+    g = graph if graph is not None else plan.graph  # type: ignore[attr-defined]
+    if inputs is None:
+        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        inputs = random_inputs(g, seed=seed, device=dev)  # type: ignore[arg-type]
+    refs = reference(g, inputs, float64=True)  # type: ignore[arg-type]
+    for i, r in enumerate(refs):
+        if r.dtype.is_floating_point and not torch.isfinite(r).all():
+            return Validation(False, float("inf"), f"the reference output {i} has NaN/Inf: inputs outside the domain")
+    try:
+        compiled = plan.compile(**options)  # type: ignore[attr-defined]
+        outs = compiled(*inputs, poison=True)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Exception as e:  # a failing kernel fails its own validation, not the caller
+        first = str(e).strip().splitlines()
+        return Validation(False, float("inf"), f"{type(e).__name__}: {first[-1] if first else ''}"[:500])
+    worst, reason = 0.0, ""
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+        err = rel_error(o, r)
+        tol = TOLERANCE.get(o.dtype, 0.0)
+        if err > worst:
+            worst = err
+        if not err <= tol:
+            what = "NaN/Inf or unwritten elements" if err == float("inf") else f"rel error {err:.3g} > {tol:g}"
+            reason = reason or f"output {i} ({o.dtype}): {what}"
+    return Validation(not reason, worst, reason)
