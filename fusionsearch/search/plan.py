@@ -5,6 +5,7 @@ A plan is decisions, not artefacts: generated source is a pure function of (grap
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -385,14 +386,24 @@ def _order_kernels(g: OpGraph, kernels: Sequence[Kernel]) -> list[Kernel]:
         raise PlanError("these fusion choices make two kernels wait on each other (a cycle); fuse differently") from None
 
 
-def default_config(g: OpGraph, mm: str) -> TileConfig:
-    """A reasonable tile config for the problem size: small M gets a short tile and split-K."""
+def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfig:
+    """A reasonable tile config for the problem size: large tiles for large problems; for small M a short
+    tile, a long K step, and split-K until the tiles fill the GPU's multiprocessors about twice."""
     node = g.node(mm)
     m, n = node.shape[-2], node.shape[-1]
+    batch = math.prod(node.shape[:-2]) if node.op == "bmm" else 1
+    k = g.node(template_operands(g, mm)["A"]).shape[-1]
+    if m >= 1024 and n >= 1024:
+        return TileConfig(block_m=128, block_n=128, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=3)
     bm = 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
     bn = 64 if n <= 64 else 128
-    return TileConfig(block_m=bm, block_n=bn, block_k=64 if m <= 64 else 32, group_m=8, split_k=1,
-                      num_warps=4, num_stages=3)
+    bk = 128 if m <= 64 else 64
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
+    k_tiles = math.ceil(k / bk)
+    split = 1
+    while tiles * split * 2 <= 2 * multiprocessors and split * 2 <= max(1, k_tiles // 4) and split < 16:
+        split *= 2
+    return TileConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, split_k=split, num_warps=4, num_stages=4)
 
 
 def unfused(g: OpGraph) -> Plan:
