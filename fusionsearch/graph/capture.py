@@ -1,0 +1,386 @@
+"""Capture: trace a PyTorch function or nn.Module to aten ops with make_fx and map them onto registry ops.
+
+make_fx (not torch.export) because it traces plain functions and modules alike on every torch we support,
+and functionalize() turns in-place ops into the pure ones the registry knows. Any aten op without a registry
+counterpart becomes an extern node, so capture never refuses a traceable program."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from fusionsearch.errors import FusionSearchError, GraphError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.ops_extern import encode_arg
+from fusionsearch.graph.registry import dtype_name
+
+Scalar = bool | int | float
+
+
+@dataclass(frozen=True)
+class _Const:
+    """A 0-dim constant (scalar_tensor, a literal tensor): kept as a number so it can become a 'scalar' attr."""
+
+    value: Scalar
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class _Multi:
+    """A multi-output aten call; each getitem of it becomes its own extern node with 'output_index'."""
+
+    node: fx.Node
+
+
+Value = str | _Const | _Multi
+
+_IDENTITY = {"clone", "contiguous", "alias", "detach", "lift_fresh", "lift_fresh_copy"}
+_UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "silu"}
+_BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "gt", "ge", "lt", "le", "eq", "ne"}
+_CASTS = {"_to_copy", "to", "convert_element_type"}
+_VIEWS = {"view", "_unsafe_view", "reshape"}
+
+
+def capture(fn_or_module: Callable[..., Any], *example_inputs: torch.Tensor) -> OpGraph:
+    """Trace `fn_or_module(*example_inputs)` into an OpGraph; unsupported aten ops become extern nodes.
+
+    Graph inputs are the example tensors (named after the function's parameters), then an nn.Module's
+    parameters and buffers (dots replaced by '_'); outputs are the returned tensors in order.
+    """
+    if not callable(fn_or_module):
+        raise GraphError(f"capture needs a function or nn.Module, got {type(fn_or_module).__name__}")
+    for i, t in enumerate(example_inputs):
+        if not isinstance(t, torch.Tensor):
+            raise GraphError(f"capture's example input {i} must be a torch.Tensor, got {type(t).__name__}")
+    fn, names, flat = _flatten(fn_or_module, list(example_inputs))
+    gm = _trace(fn, flat)
+    return _Builder(gm).build(names, flat)
+
+
+def _flatten(fn: Callable[..., Any], inputs: list[torch.Tensor]
+             ) -> tuple[Callable[..., Any], list[str], list[torch.Tensor]]:
+    """A function of tensors only, its input names and example values: module state becomes trailing inputs."""
+    names = _param_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
+    if not isinstance(fn, torch.nn.Module):
+        return fn, names, inputs
+    module, n = fn, len(inputs)
+    state = [*module.named_parameters(), *module.named_buffers()]
+    keys = [k for k, _ in state]
+
+    def call(*tensors: torch.Tensor) -> Any:
+        return torch.func.functional_call(module, dict(zip(keys, tensors[n:], strict=True)), tuple(tensors[:n]))
+
+    return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state]
+
+
+def _param_names(fn: Callable[..., Any], count: int) -> list[str]:
+    """Positional parameter names of `fn` (x, w, s), numbered for *args, 'argN' where no signature exists."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names: list[str] = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            names += [f"{p.name}{i}" for i in range(count - len(names))]
+    return (names + [f"arg{i}" for i in range(len(names), count)])[:count]
+
+
+def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphModule:
+    """Trace on fake tensors (no compute, any size); an exception inside the user's code becomes a GraphError."""
+    # Fake-tensor dispatch logs a traceback before re-raising a shape error; the GraphError says it in one line.
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    try:
+        gm = make_fx(torch.func.functionalize(fn), tracing_mode="fake")(*[t.detach() for t in inputs])
+    except FusionSearchError:
+        raise
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise GraphError(f"tracing {getattr(fn, '__name__', 'the function')} failed: {first}") from None
+    finally:
+        fake_log.setLevel(level)
+    gm.graph.eliminate_dead_code()
+    return gm
+
+
+def _args(node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """An fx node's arguments, typed loosely: aten schemas mix tensors, numbers and lists."""
+    return tuple(node.args), dict(node.kwargs)
+
+
+def _leaves(value: object) -> list[object]:
+    """The leaves of a returned (nested) tuple/list/dict, in order."""
+    if isinstance(value, list | tuple):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    return [value]
+
+
+def _cast_dtype(node: fx.Node) -> torch.dtype | None:
+    """The target dtype of _to_copy (kwarg), to.dtype and convert_element_type (positional); None if unchanged."""
+    args, kw = _args(node)
+    dtype = kw.get("dtype")
+    return args[1] if dtype is None and len(args) > 1 and isinstance(args[1], torch.dtype) else dtype
+
+
+def _category(dtype: torch.dtype) -> int:
+    return 0 if dtype == torch.bool else 2 if dtype.is_floating_point else 1
+
+
+def _foldable(const: _Const, tensor_dtypes: Sequence[torch.dtype]) -> bool:
+    """True when a 0-dim constant promotes like the Python number it holds: its dtype is the number's own
+    (float32 for 0.5) or it does not outrank a tensor operand's category (bool < int < float)."""
+    own = {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype()}.get(type(const.value))
+    return own == const.dtype or any(_category(const.dtype) <= _category(d) for d in tensor_dtypes)
+
+
+def _dims(dims: Sequence[int], rank: int) -> list[int]:
+    # Non-negative dims so that x.transpose(-2, -1) and x.transpose(0, 1) build the same node.
+    return [d % rank if rank else 0 for d in dims]
+
+
+class _Builder:
+    """Walks the traced fx graph once, mapping each aten call to a registry op (or extern) in a new OpGraph."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.g = OpGraph()
+        self.env: dict[fx.Node, Value] = {}
+
+    def build(self, names: list[str], examples: list[torch.Tensor]) -> OpGraph:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for node, name, t in zip(placeholders, names, examples, strict=True):
+            self.env[node] = self.g.input(self._name(name), tuple(t.shape), t.dtype, tuple(t.stride()))
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                self.env[node] = self._constant(node)
+            elif node.op == "call_function":
+                value = self._call(node)
+                if value is not None:
+                    self.env[node] = value
+            elif node.op == "output":
+                leaves = _leaves(node.args[0])
+                if not leaves or not all(isinstance(leaf, fx.Node) for leaf in leaves):
+                    raise GraphError("the captured function must return a tensor or a tuple/list of tensors")
+                self.g.set_outputs([self._tensor(leaf) for leaf in leaves])
+        return self.g
+
+    # ---- values ---------------------------------------------------------------------------------
+    def _name(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.g:
+            i += 1
+            name = f"{base}_{i}"
+        return name
+
+    def _constant(self, node: fx.Node) -> _Const:
+        value = getattr(self.gm, str(node.target))
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            shape = list(value.shape) if isinstance(value, torch.Tensor) else "?"
+            raise GraphError(f"the captured function creates a constant tensor of shape {shape}; pass it as an input")
+        return _Const(value.item(), value.dtype)
+
+    def _tensor(self, node: fx.Node) -> str:
+        """The graph node holding `node`'s value; a folded constant is materialised as a scalar_tensor extern."""
+        value = self.env[node]
+        if isinstance(value, _Const):
+            attrs = {"target": "aten.scalar_tensor.default", "args": [value.value],
+                     "kwargs": {"dtype": encode_arg(value.dtype)}}
+            value = self.env[node] = self.g.add("extern", [], name=self._name(node.name), **attrs)
+        if isinstance(value, _Multi):
+            raise GraphError(f"{value.node.target} returns several tensors; use one of them")
+        return value
+
+    def _operands(self, *args: object) -> list[str | Scalar | None]:
+        """Tensor operands as node names, numbers as numbers, None for anything else; a constant is folded
+        into a number only where that keeps torch's result dtype (a 0-dim tensor may outrank a scalar)."""
+        dtypes = [self._dtype(a) for a in args if isinstance(a, fx.Node) and not isinstance(self.env[a], _Const)]
+        out: list[str | Scalar | None] = []
+        for a in args:
+            value = self.env[a] if isinstance(a, fx.Node) else None
+            if isinstance(value, _Const) and _foldable(value, dtypes):
+                out.append(value.value)
+            elif isinstance(a, fx.Node):
+                out.append(self._tensor(a))
+            else:
+                out.append(a if isinstance(a, bool | int | float) else None)
+        return out
+
+    def _dtype(self, node: fx.Node) -> torch.dtype:
+        value = self.env[node]
+        return value.dtype if isinstance(value, _Const) else self.g.node(self._tensor(node)).dtype
+
+    # ---- calls ----------------------------------------------------------------------------------
+    def _call(self, node: fx.Node) -> Value | None:
+        target, (args, kw) = node.target, _args(node)
+        if target is operator.getitem:
+            src = self.env[args[0]]
+            if isinstance(src, _Multi):
+                index = int(args[1])  # named after the aten call: 'native_layer_norm', 'split_1'
+                return self._extern(src.node, src.node.name if index == 0 else f"{src.node.name}_{index}", index)
+            raise GraphError(f"cannot capture getitem on {args[0]}")
+        if not isinstance(target, torch._ops.OpOverload):
+            raise GraphError(f"cannot capture {target}: only aten ops are supported")
+        if isinstance(node.meta.get("val"), tuple | list):
+            return _Multi(node)
+        op = target.overloadpacket.__name__
+        if op == "copy_" and args[0].op == "placeholder":
+            return None  # an input mutation: a side effect outside the graph's dataflow
+        if op in _IDENTITY or (op in _CASTS and _cast_dtype(node) in (None, self._dtype(args[0]))):
+            return self.env[args[0]]
+        if op == "scalar_tensor":
+            return _Const(args[0], kw.get("dtype") or torch.get_default_dtype())
+        try:
+            name = self._map(node, op, target._overloadname)
+        except GraphError:
+            name = None  # the registry refuses these operands (dtype, rank): PyTorch runs it instead
+        return name if name is not None else self._extern(node, node.name)
+
+    def _add(self, node: fx.Node, op: str, inputs: list[str], **attrs: Any) -> str:
+        name = self.g.add(op, inputs, name=self._name(node.name), **attrs)
+        val, got = node.meta.get("val"), self.g.node(name)
+        if isinstance(val, torch.Tensor) and (got.shape, got.dtype) != (tuple(val.shape), val.dtype):
+            # The registry's rule disagrees with aten (a 0-dim operand's dtype, say): let PyTorch run it.
+            self.g.nx.remove_node(name)
+            raise GraphError(f"{op} gives {list(got.shape)} {got.dtype}, aten gives {list(val.shape)} {val.dtype}")
+        return name
+
+    def _map(self, node: fx.Node, op: str, overload: str) -> str | None:
+        """The registry node for one aten call, or None when it has no registry form."""
+        args, kw = _args(node)
+        if op in _UNARY and overload == "default":
+            return self._add(node, op, [self._tensor(args[0])])
+        if op in _BINARY or op == "rsub":
+            return self._binary(node, op)
+        if op == "gelu":
+            return self._add(node, op, [self._tensor(args[0])],
+                             approximate=kw.get("approximate", args[1] if len(args) > 1 else "none"))
+        if op in _CASTS:
+            return self._add(node, "cast", [self._tensor(args[0])], dtype=dtype_name(_cast_dtype(node)))
+        if op in ("clamp", "clamp_min", "clamp_max") and overload == "default":
+            return self._clamp(node, op)
+        if op == "where":
+            return self._where(node)
+        return self._map_structural(node, op, overload)
+
+    def _map_structural(self, node: fx.Node, op: str, overload: str) -> str | None:
+        args, kw = _args(node)
+        ins = [self._tensor(a) if isinstance(a, fx.Node) else None for a in args]
+        val = node.meta.get("val")
+        shape = list(val.shape) if isinstance(val, torch.Tensor) else None
+        rank = len(self.g.node(ins[0]).shape) if ins and ins[0] else 0
+        if op in ("mm", "bmm"):
+            return self._add(node, op, ins[:2])
+        if op == "matmul" and rank == 2 and len(self.g.node(ins[1]).shape) == 2:
+            return self._add(node, "mm", ins[:2])
+        if op == "addmm":
+            scale = {k: kw[k] for k in ("beta", "alpha") if kw.get(k, 1) != 1}
+            return self._add(node, op, ins[:3], **scale)
+        if op == "linear":
+            return self._add(node, op, [i for i in ins if i is not None])
+        if op == "t":
+            return self._add(node, "transpose", ins[:1], dim0=0, dim1=1) if rank == 2 else ins[0]
+        if op == "transpose" and overload == "int":
+            d0, d1 = _dims(args[1:3], rank)
+            return self._add(node, "transpose", ins[:1], dim0=d0, dim1=d1)
+        if op == "permute":
+            return self._add(node, "permute", ins[:1], dims=_dims(args[1], rank))
+        if op in _VIEWS and shape is not None:
+            return self._add(node, "view", ins[:1], shape=shape)
+        if op == "expand" and shape is not None:
+            return self._add(node, "expand", ins[:1], shape=shape)
+        if op == "unsqueeze":
+            return self._add(node, "unsqueeze", ins[:1], dim=_dims([args[1]], rank + 1)[0])
+        if op == "index" and overload == "Tensor" and len(args[1]) == 1 and isinstance(args[1][0], fx.Node):
+            return self._add(node, "index", [ins[0], self._tensor(args[1][0])])
+        if op == "index_select" and _dims([args[1]], rank) == [0]:
+            return self._add(node, "index_select", [ins[0], ins[2]])
+        if op == "embedding":
+            return self._add(node, "embedding", ins[:2])
+        return None
+
+    def _binary(self, node: fx.Node, op: str) -> str | None:
+        """A binary op over two tensors, or one tensor and attrs 'scalar' (+ 'scalar_first' for 2 - x)."""
+        args, kw = _args(node)
+        if "rounding_mode" in kw or len(args) < 2:
+            return None
+        a, b = self._operands(args[0], args[1])
+        alpha = kw.get("alpha", args[2] if len(args) > 2 else 1)
+        if op == "rsub":  # rsub(x, y, alpha) = y - alpha * x
+            op, a, b = "sub", b, self._scaled(node, a, alpha)
+        elif op in ("add", "sub"):
+            b = self._scaled(node, b, alpha)
+        return self._pair(node, op, [], a, b)
+
+    def _pair(self, node: fx.Node, op: str, lead: list[str], a: str | Scalar | None, b: str | Scalar | None
+              ) -> str | None:
+        """Operands a, b after `lead` tensors: both tensors, or one tensor and the other as attr 'scalar'."""
+        if a is None or b is None or not (isinstance(a, str) or isinstance(b, str)):
+            return None
+        if isinstance(a, str) and isinstance(b, str):
+            return self._add(node, op, [*lead, a, b])
+        if isinstance(a, str):
+            return self._add(node, op, [*lead, a], scalar=b)
+        return self._add(node, op, [*lead, str(b)], scalar=a, scalar_first=True)
+
+    def _scaled(self, node: fx.Node, value: str | Scalar | None, alpha: object) -> str | Scalar | None:
+        """alpha * value for add/sub/rsub's alpha: folded into a scalar, or an explicit mul on a float tensor."""
+        if alpha == 1 or value is None:
+            return value
+        if not isinstance(alpha, int | float) or isinstance(alpha, bool):
+            return None
+        if not isinstance(value, str):
+            return value * alpha
+        if not self.g.node(value).dtype.is_floating_point:
+            return None
+        return self.g.add("mul", [value], name=self._name(f"{node.name}_alpha"), scalar=alpha)
+
+    def _clamp(self, node: fx.Node, op: str) -> str | None:
+        args, kw = _args(node)
+        keys = {"clamp": ("min", "max"), "clamp_min": ("min",), "clamp_max": ("max",)}[op]
+        bounds = {k: kw.get(k, args[i + 1] if len(args) > i + 1 else None) for i, k in enumerate(keys)}
+        bounds = {k: v for k, v in bounds.items() if v is not None}
+        if not bounds or not all(isinstance(v, int | float) for v in bounds.values()):
+            return None
+        return self._add(node, "clamp", [self._tensor(args[0])], **bounds)
+
+    def _where(self, node: fx.Node) -> str | None:
+        args, _ = _args(node)
+        if len(args) != 3 or not isinstance(args[0], fx.Node):
+            return None
+        a, b = self._operands(args[1], args[2])
+        return self._pair(node, "where", [self._tensor(args[0])], a, b)
+
+    def _extern(self, node: fx.Node, name: str, output_index: int | None = None) -> str:
+        """An extern node running `node`'s aten op; tensor arguments become {'input': slot}."""
+        inputs: list[str] = []
+        args, kw = _args(node)
+
+        def encode(arg: object) -> object:
+            if isinstance(arg, fx.Node):
+                src = self._tensor(arg)
+                if src not in inputs:
+                    inputs.append(src)
+                return {"input": inputs.index(src)}
+            if isinstance(arg, list | tuple):
+                return [encode(a) for a in arg]
+            return encode_arg(arg)
+
+        attrs: dict[str, Any] = {"target": str(node.target), "args": [encode(a) for a in args],
+                                 "kwargs": {k: encode(v) for k, v in kw.items()}}
+        if output_index is not None:
+            attrs["output_index"] = output_index
+        return self.g.add("extern", inputs, name=self._name(name), **attrs)
