@@ -33,15 +33,8 @@ def assert_reference_matches(g: OpGraph, inputs: list[torch.Tensor], expected: o
         torch.testing.assert_close(a, b)
 
 
-def _workload_case(name: str, dtype: torch.dtype) -> object:
-    if name == "cast_mm" and dtype == torch.float32:
-        # x.to(float32) of a float32 x is no op at all in the trace, but the builder adds a float32 -> float32 cast.
-        return pytest.param(name, dtype, marks=pytest.mark.xfail(strict=True, reason="builder adds a no-op cast"))
-    return pytest.param(name, dtype)
-
-
 @pytest.mark.parametrize(("name", "dtype"),
-                         [_workload_case(n, d) for n in WORKLOADS for d in (torch.float32, torch.bfloat16)])
+                         [(n, d) for n in WORKLOADS for d in (torch.float32, torch.bfloat16)])
 def test_capture_of_each_workloads_torch_form_matches_its_builder(name: str, dtype: torch.dtype) -> None:
     w = WORKLOADS[name]
     g = fs.workload(name, dtype=dtype, **{k: SMALL[k] for k in w.defaults})

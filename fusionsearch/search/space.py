@@ -1,0 +1,185 @@
+"""The candidate space: fusion options per group of pointwise/layout/indexing nodes, tile configs per matmul.
+
+A group is a connected set of fusable nodes between matmuls (and graph inputs/outputs). Each group runs
+standalone, as the epilogue of a matmul that produces one of its inputs, or as the prologue of a consuming
+matmul's A or B operand; only options legal on their own are offered, combinations are checked per trial."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import networkx as nx
+
+from fusionsearch.errors import PlanError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.search.plan import (
+    FUSABLE,
+    Decision,
+    Plan,
+    TileConfig,
+    build_plan,
+    default_config,
+    fused_decisions,
+    prologue_bytes_ok,
+    template_operands,
+)
+
+STANDALONE = "standalone"
+
+
+@dataclass(frozen=True)
+class Group:
+    """A connected set of fusable nodes and the fusion options legal for it (option labels are generated)."""
+
+    key: str
+    nodes: tuple[str, ...]
+    options: tuple[str, ...]  # "standalone", "epilogue:<mm key>", "prologue:<mm key>:A|B"
+
+
+@dataclass(frozen=True)
+class Space:
+    """Everything a trial chooses: one option per group, one tile config per matmul."""
+
+    graph: OpGraph
+    groups: tuple[Group, ...]
+    matmuls: tuple[str, ...]  # node names; mm keys are "mm<i>"
+    configs: tuple[tuple[TileConfig, ...], ...]
+
+    def mm_key(self, name: str) -> str:
+        return f"mm{self.matmuls.index(name)}"
+
+    def size(self) -> int:
+        """Number of distinct (fusion, config) combinations."""
+        return math.prod(len(g.options) for g in self.groups) * math.prod(len(c) for c in self.configs)
+
+    def decisions(self, choice: Mapping[str, str]) -> dict[str, Decision]:
+        """Per-node decisions for one option per group."""
+        out: dict[str, Decision] = {}
+        for grp in self.groups:
+            opt = choice.get(f"{grp.key}.fusion", STANDALONE)
+            for n in grp.nodes:
+                out[n] = _decision(self, opt, grp.key)
+        return out
+
+    def plan(self, params: Mapping[str, object]) -> Plan:
+        """The plan for a full set of trial parameters; PlanError when the combination is illegal."""
+        decisions = self.decisions({k: str(v) for k, v in params.items() if k.endswith(".fusion")})
+        configs = {}
+        for i, mm in enumerate(self.matmuls):
+            label = params.get(f"mm{i}.config")
+            configs[mm] = next((c for c in self.configs[i] if c.short() == label), self.configs[i][0])
+        return build_plan(self.graph, decisions, configs)
+
+    def params_for(self, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None
+                   ) -> dict[str, str]:
+        """Trial parameters reproducing whole-group decisions (used to seed the study with known plans)."""
+        params: dict[str, str] = {}
+        for grp in self.groups:
+            opts = {_decision(self, o, grp.key): o for o in grp.options}
+            d = decisions.get(grp.nodes[0], ("standalone",))
+            if d[0] == "group":
+                d = ("standalone",)
+            params[f"{grp.key}.fusion"] = opts.get(d, STANDALONE)
+        for i, mm in enumerate(self.matmuls):
+            cfg = (configs or {}).get(mm, self.configs[i][0])
+            params[f"mm{i}.config"] = cfg.short() if cfg in self.configs[i] else self.configs[i][0].short()
+        return params
+
+    def describe(self) -> str:
+        lines = [f"{len(self.groups)} fusion groups, {len(self.matmuls)} matmuls, {self.size():,} combinations"]
+        for grp in self.groups:
+            lines.append(f"  {grp.key} [{', '.join(grp.nodes)}]: {', '.join(grp.options)}")
+        for i, mm in enumerate(self.matmuls):
+            lines.append(f"  mm{i} {mm}: {len(self.configs[i])} tile configs")
+        return "\n".join(lines)
+
+
+def _decision(space: Space, option: str, group_key: str) -> Decision:
+    if option == STANDALONE:
+        return ("group", group_key)
+    parts = option.split(":")
+    mm = space.matmuls[int(parts[1].removeprefix("mm"))]
+    return ("epilogue", mm) if parts[0] == "epilogue" else ("prologue", mm, parts[2])
+
+
+def fusion_groups(g: OpGraph) -> list[tuple[str, ...]]:
+    """Connected components of the fusable nodes, in topological order of their first node."""
+    order = g.topo_order()
+    fusable = [n for n in order if g.node(n).kind in FUSABLE]
+    sub = g.nx.subgraph(fusable).to_undirected()
+    comps = [tuple(n for n in order if n in comp) for comp in nx.connected_components(sub)]
+    return sorted(comps, key=lambda c: order.index(c[0]))
+
+
+def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48) -> tuple[TileConfig, ...]:
+    """Tile configs worth trying for this matmul: a grid filtered by `fits(g, mm, cfg)` (shared memory, block
+    not larger than the padded problem), the default config first."""
+    node = g.node(mm)
+    m, n = node.shape[-2], node.shape[-1]
+    k = g.node(template_operands(g, mm)["A"]).shape[-1]
+    small = m <= 64
+    bms = [16, 32, 64] if small else [64, 128, 256]
+    bns = [32, 64, 128, 256]
+    bks = [64, 128, 256] if small else [32, 64, 128]
+    splits = [1, 2, 4, 8, 16] if small else [1]
+    warps_stages = [(4, 3), (4, 4), (8, 3)] if not small else [(4, 3), (4, 4), (2, 4)]
+    default = default_config(g, mm)
+    out = [default]
+
+    def padded(v: int) -> int:
+        return max(16, 1 << (max(v, 1) - 1).bit_length())
+
+    for bm, bn, bk, sk, (w, s) in itertools.product(bms, bns, bks, splits, warps_stages):
+        if bm > padded(m) or bn > padded(n) or bk > padded(k) or sk > max(1, math.ceil(k / bk) // 2):
+            continue
+        cfg = TileConfig(bm, bn, bk, 8, sk, w, s)
+        if cfg == default or (fits is not None and not fits(g, mm, cfg)):  # type: ignore[operator]
+            continue
+        out.append(cfg)
+    if len(out) > limit:
+        # Keep an even spread over the grid rather than its first corner.
+        step = (len(out) - 1) / (limit - 1)
+        out = [out[0]] + [out[1 + round(i * step)] for i in range(limit - 1) if 1 + round(i * step) < len(out)]
+    return tuple(dict.fromkeys(out))
+
+
+def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
+                    configs: Mapping[str, tuple[TileConfig, ...]] | None = None) -> Space:
+    """Build the candidate space of a graph: legal options per group, tile configs per matmul."""
+    matmuls = tuple(g.nodes_of_kind("template"))
+    groups_nodes = fusion_groups(g)
+    cfgs = tuple((configs or {}).get(mm) or config_candidates(g, mm, fits, max_configs) for mm in matmuls)
+    probe = Space(g, tuple(Group(f"g{i}", nodes, (STANDALONE,)) for i, nodes in enumerate(groups_nodes)),
+                  matmuls, cfgs)
+    groups = []
+    for i, nodes in enumerate(groups_nodes):
+        key = f"g{i}"
+        candidates = [STANDALONE]
+        members = set(nodes)
+        for j, mm in enumerate(matmuls):
+            if any(mm in g.node(n).inputs for n in nodes):
+                candidates.append(f"epilogue:mm{j}")
+            for side, root in template_operands(g, mm).items():
+                if side in ("A", "B") and root in members:
+                    candidates.append(f"prologue:mm{j}:{side}")
+        legal = []
+        for opt in candidates:
+            decisions = {n: _decision(probe, opt, key) for n in nodes}
+            try:
+                build_plan(g, decisions)
+            except PlanError:
+                continue
+            legal.append(opt)
+        groups.append(Group(key, nodes, tuple(legal)))
+    return Space(g, tuple(groups), matmuls, cfgs)
+
+
+def seed_plans(space: Space) -> list[dict[str, str]]:
+    """Parameters of the plans every study starts from: all unfused, and the heuristic (epilogues fused,
+    prologues by the bytes rule)."""
+    g = space.graph
+    seeds = [space.params_for({}), space.params_for(fused_decisions(g, prologue_bytes_ok))]
+    return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]
