@@ -30,9 +30,9 @@ def broadcast_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
     return out
 
 
-def _probe(dtype: torch.dtype) -> torch.Tensor:
-    # result_type treats 0-dim tensors as lower priority; a 1-element 1-d tensor behaves as a real operand.
-    return torch.empty((1,), dtype=dtype)
+def _probe(dtype: torch.dtype, rank: int = 1) -> torch.Tensor:
+    # result_type gives 0-dim tensors lower priority than dimensioned ones: probe with the operand's own rank.
+    return torch.empty((1,) * min(rank, 1), dtype=dtype)
 
 
 def _scalars(attrs: Attrs, *keys: str) -> list[float | int | bool]:
@@ -41,11 +41,12 @@ def _scalars(attrs: Attrs, *keys: str) -> list[float | int | bool]:
 
 def promote(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
     """torch.result_type over the tensor operands, then any scalar operand (attrs 'scalar'), as torch orders them."""
-    result = ins[0].dtype
+    result, rank = ins[0].dtype, len(ins[0].shape)
     for info in ins[1:]:
-        result = torch.result_type(_probe(result), _probe(info.dtype))
+        result = torch.result_type(_probe(result, rank), _probe(info.dtype, len(info.shape)))
+        rank = max(rank, len(info.shape))
     for scalar in _scalars(attrs, "scalar"):
-        result = torch.result_type(_probe(result), scalar)
+        result = torch.result_type(_probe(result, rank), scalar)
     return result
 
 
@@ -57,10 +58,11 @@ def _no_bool(op: str, ins: Sequence[InputInfo]) -> None:
 
 def promote_no_bool_pair(op: str) -> Callable[[Sequence[InputInfo], Attrs], torch.dtype]:
     def rule(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
-        dt = promote(ins, attrs)
-        if dt == torch.bool:
-            raise GraphError(f"{op} of bool operands is not defined: {', '.join(i.name for i in ins)}; cast them first")
-        return dt
+        # torch refuses subtraction with any bool operand, tensor or scalar, whatever the other operand is.
+        _no_bool(op, ins)
+        if isinstance(attrs.get("scalar"), bool):
+            raise GraphError(f"{op} is not defined for a bool scalar operand; use 0 or 1")
+        return promote(ins, attrs)
 
     return rule
 
@@ -99,8 +101,9 @@ def boolean(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
 
 def pow_rule(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
     dt = promote(ins, attrs)
-    if ins[0].dtype == torch.bool and (len(ins) > 1 and ins[1].dtype == torch.bool):
-        raise GraphError(f"pow of bool operands {ins[0].name}, {ins[1].name} is not defined; cast them first")
+    # torch has no bool pow kernel; only a bool tensor to a bool scalar power (a copy or a fill) avoids it.
+    if dt == torch.bool and (len(ins) > 1 or attrs.get("scalar_first")):
+        raise GraphError(f"pow with a bool result is not defined: {', '.join(i.name for i in ins)}; cast first")
     return dt
 
 
@@ -179,7 +182,8 @@ def _binary(name: str, sym: str | None, fn: Callable[[object, object], torch.Ten
     def ref(t: Sequence[torch.Tensor], attrs: Attrs) -> torch.Tensor:
         a, b = _torch_operands(t, attrs)
         if not isinstance(a, torch.Tensor):
-            return fn(torch.as_tensor(a), b) if name in ("pow",) else fn(a, b)
+            # torch.gt(0.5, t) has no overload; a 0-dim tensor promotes exactly as the Python scalar would.
+            return fn(torch.as_tensor(a), b)
         return fn(a, b)
 
     def check(attrs: Attrs) -> None:
@@ -202,6 +206,8 @@ def _binary_scalar_ok(op: str) -> Callable[[Sequence[InputInfo], Attrs], torch.d
 def _ensure_binary(ins: Sequence[InputInfo], attrs: Attrs) -> None:
     if len(ins) == 1 and attrs.get("scalar") is None:
         raise GraphError("a binary op with one tensor input needs attr 'scalar'")
+    if len(ins) == 2 and attrs.get("scalar") is not None:
+        raise GraphError("a binary op with two tensor inputs takes no attr 'scalar'")
 
 
 def _with_binary_check(rule: Callable[[Sequence[InputInfo], Attrs], torch.dtype]
@@ -293,6 +299,8 @@ def _where_ref(t: Sequence[torch.Tensor], attrs: Attrs) -> torch.Tensor:
 def _where_rule(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
     if len(ins) == 2 and attrs.get("scalar") is None:
         raise GraphError("where with two tensor inputs needs attr 'scalar' for the missing branch")
+    if len(ins) == 3 and attrs.get("scalar") is not None:
+        raise GraphError("where with three tensor inputs takes no attr 'scalar'")
     return where_rule(ins, attrs)
 
 

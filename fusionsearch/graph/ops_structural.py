@@ -52,8 +52,13 @@ def _linear_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
     if len(x.shape) < 1 or len(w.shape) != 2 or x.shape[-1] != w.shape[1]:
         raise GraphError(f"linear needs x [...,K] and weight [N,K]: {x.name} is {list(x.shape)}, {w.name} is {list(w.shape)}")
     out = (*x.shape[:-1], w.shape[0])
-    if len(ins) == 3 and tuple(torch.broadcast_shapes(ins[2].shape, out)) != out:
-        raise GraphError(f"linear bias {ins[2].name} {list(ins[2].shape)} does not broadcast to {list(out)}")
+    if len(ins) == 3:
+        try:
+            fits = tuple(torch.broadcast_shapes(ins[2].shape, out)) == out
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise GraphError(f"linear bias {ins[2].name} {list(ins[2].shape)} does not broadcast to {list(out)}")
     return out
 
 

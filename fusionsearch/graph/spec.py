@@ -95,9 +95,15 @@ def graph_from_dict(spec: object, source: str = "spec") -> OpGraph:
 
 def _in_dependency_order(nodes: list[Any], defined: set[str], source: str) -> list[Any]:
     """The nodes sorted so each follows its inputs; cycles and dangling inputs refused with a sentence."""
-    names = {e.get("name") for e in nodes if isinstance(e, dict)}
-    deps = {e.get("name"): [i for i in e.get("inputs", []) if isinstance(i, str)]
-            for e in nodes if isinstance(e, dict) and isinstance(e.get("inputs", []), list)}
+    # Only well-formed entries take part in the sort; the others fail with a SpecError when they are built.
+    named = [e for e in nodes if isinstance(e, dict) and isinstance(e.get("name"), str)]
+    names: set[str] = set()
+    for e in named:
+        if e["name"] in names or e["name"] in defined:
+            raise GraphError(f"{source}: duplicate node name {e['name']!r}; every node needs its own name")
+        names.add(e["name"])
+    deps = {e["name"]: [i for i in e.get("inputs", []) if isinstance(i, str)]
+            for e in named if isinstance(e.get("inputs", []), list)}
     for name, ins in deps.items():
         for src in ins:
             if src not in names and src not in defined:
@@ -125,10 +131,11 @@ def _in_dependency_order(nodes: list[Any], defined: set[str], source: str) -> li
     while pending:
         rest = []
         for e in pending:
-            if not isinstance(e, dict) or all(s in done for s in deps.get(e.get("name"), [])):
+            name = e.get("name") if isinstance(e, dict) else None
+            if not isinstance(name, str) or all(s in done for s in deps.get(name, [])):
                 sorted_nodes.append(e)
-                if isinstance(e, dict):
-                    done.add(e.get("name"))
+                if isinstance(name, str):
+                    done.add(name)
             else:
                 rest.append(e)
         if len(rest) == len(pending):

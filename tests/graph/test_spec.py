@@ -1,0 +1,233 @@
+"""JSON graph specs: exact round trip, and refusals that name the node or field to fix."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fusionsearch.datasets.workloads import WORKLOADS, workload
+from fusionsearch.errors import GraphError, SpecError
+from fusionsearch.graph import OpGraph, graph_from_dict, load_graph
+
+
+def _save_load(g: OpGraph, path: Path) -> OpGraph:
+    g.save(str(path))
+    return load_graph(str(path))
+
+
+def _write(tmp_path: Path, spec: Any, name: str = "g.json") -> str:
+    path = tmp_path / name
+    path.write_text(spec if isinstance(spec, str) else json.dumps(spec))
+    return str(path)
+
+
+# ---- round trip ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_workload_round_trip_is_exact(name: str, dtype: torch.dtype, tmp_path: Path) -> None:
+    g = workload(name, dtype=dtype)
+    back = _save_load(g, tmp_path / f"{name}.json")
+    assert back.to_dict() == g.to_dict()
+    assert back.same_structure(g) and g.same_structure(back)
+    assert back.signature() == g.signature()
+    assert back.outputs == g.outputs and back.inputs == g.inputs
+    for node in g:  # names, inputs, attrs, shapes, dtypes and strides, node by node
+        assert back.node(node.name) == node
+    # Saving the loaded graph writes the same bytes: the spec is a fixed point.
+    back.save(str(tmp_path / "again.json"))
+    assert (tmp_path / "again.json").read_text() == (tmp_path / f"{name}.json").read_text()
+
+
+def test_round_trip_keeps_strides_attrs_and_float_values(tmp_path: Path) -> None:
+    g = OpGraph()
+    w = g.input("w", (4, 3), "float16", strides=(1, 4))  # a transposed weight
+    x = g.input("x", (2, 4), "float16")
+    c = g.add("clamp", [x], name="c", min=-0.1, max=1e-300)
+    s = g.add("mul", [c], name="s", scalar=0.1, scalar_first=True)
+    i = g.add("add", [s], name="i", scalar=math.inf)
+    g.set_outputs([g.add("mm", [i, w], name="y"), s])
+    back = _save_load(g, tmp_path / "g.json")
+    assert back.to_dict() == g.to_dict()
+    assert back.node("w").strides == (1, 4)
+    assert back.node("c").attrs == {"min": -0.1, "max": 1e-300}
+    assert back.node("s").attrs == {"scalar": 0.1, "scalar_first": True}
+    assert back.node("i").attrs["scalar"] == math.inf
+    assert back.outputs == ["y", "s"]
+
+
+HOSTILE = ['x"; import os; os.system("rm -rf /")', "a\nb", "import os", "tab\tname", "back\\slash", "{}[]",
+           "ünïcødé ∑", "' or 1=1 --", "__import__('os')"]
+
+
+def test_hostile_names_round_trip_unchanged(tmp_path: Path) -> None:
+    g = OpGraph()
+    a = g.input(HOSTILE[0], (2, 3), "float32")
+    prev = a
+    for name in HOSTILE[1:]:
+        prev = g.add("relu", [prev], name=name)
+    b = g.add("add", [prev, a], name="sum \"quoted\"")
+    g.set_outputs([b, HOSTILE[1]])
+    back = _save_load(g, tmp_path / "hostile.json")
+    assert back.to_dict() == g.to_dict()
+    assert [n.name for n in back] == [HOSTILE[0], *HOSTILE[1:], "sum \"quoted\""]
+    assert back.node("sum \"quoted\"").inputs == (HOSTILE[-1], HOSTILE[0])
+    assert back.outputs == ["sum \"quoted\"", "a\nb"]
+    assert back.same_structure(g)
+
+
+def test_nodes_listed_out_of_order_still_load(tmp_path: Path) -> None:
+    g = workload("swiglu", M=2, D=8, H=16)
+    spec = g.to_dict()
+    spec["nodes"] = list(reversed(spec["nodes"]))
+    back = load_graph(_write(tmp_path, spec))
+    assert back.same_structure(g)
+    for node in g:
+        assert back.node(node.name) == node
+    order = [n["name"] for n in back.to_dict()["nodes"]]  # saved again in dependency order
+    assert order.index("gate") < order.index("gate_silu") < order.index("hidden") < order.index("y")
+
+
+# ---- refusals --------------------------------------------------------------------------------------
+
+def _base() -> dict[str, Any]:
+    return {
+        "inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32"},
+                   {"name": "w", "shape": [3, 4], "dtype": "float32"}],
+        "nodes": [{"name": "y", "op": "mm", "inputs": ["x", "w"]},
+                  {"name": "z", "op": "relu", "inputs": ["y"]}],
+        "outputs": ["z"],
+    }
+
+
+def test_base_spec_is_valid(tmp_path: Path) -> None:
+    g = load_graph(_write(tmp_path, _base()))
+    assert g.node("z").shape == (2, 4) and g.outputs == ["z"]
+
+
+def test_malformed_json_gives_line_and_column(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{\n  "inputs": [],\n  "nodes": [,]\n}')
+    with pytest.raises(SpecError) as err:
+        load_graph(path)
+    msg = str(err.value)
+    assert msg.startswith(path) and "not valid JSON" in msg
+    assert "line 3 column 13" in msg, msg
+
+
+def test_missing_file_is_a_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"nope\.json: no such file"):
+        load_graph(str(tmp_path / "nope.json"))
+
+
+@pytest.mark.parametrize("field", ["inputs", "nodes", "outputs"])
+def test_missing_top_level_field_is_named(field: str, tmp_path: Path) -> None:
+    spec = _base()
+    del spec[field]
+    path = _write(tmp_path, spec)
+    with pytest.raises(SpecError, match=rf"^{re.escape(path)}: missing field '{field}'$"):
+        load_graph(path)
+
+
+def _refusal(tmp_path: Path, spec: Any) -> tuple[type[Exception], str]:
+    with pytest.raises((SpecError, GraphError)) as err:
+        load_graph(_write(tmp_path, spec))
+    return type(err.value), str(err.value)
+
+
+def _edit(**changes: Any) -> dict[str, Any]:
+    spec = _base()
+    spec.update(changes)
+    return spec
+
+
+def _nodes(*extra: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*_base()["nodes"], *extra]
+
+
+# (case id, spec, error type, fragments that must all appear in the message)
+BAD_SPECS: list[tuple[str, Any, type[Exception], list[str]]] = [
+    ("not_an_object", [1, 2], SpecError, ["top level must be an object"]),
+    ("unknown_top_field", _edit(extra=1), SpecError, ["unknown top-level field(s) ['extra']"]),
+    ("bad_version", _edit(version=7), SpecError, ["spec version 7 is not supported"]),
+    ("nodes_not_list", _edit(nodes={"y": 1}), SpecError, ["field 'nodes' must be a list"]),
+    ("node_missing_op", _edit(nodes=_nodes({"name": "q", "inputs": ["z"]})), SpecError,
+     ["node 'q'", "missing field 'op'"]),
+    ("node_missing_inputs", _edit(nodes=_nodes({"name": "q", "op": "relu"})), SpecError,
+     ["node 'q'", "missing field 'inputs'"]),
+    ("node_missing_name", _edit(nodes=_nodes({"op": "relu", "inputs": ["z"]})), SpecError,
+     ["nodes[2]", "missing field 'name'"]),
+    ("node_name_not_string", _edit(nodes=_nodes({"name": ["q"], "op": "relu", "inputs": ["z"]})), SpecError,
+     ["nodes[2]", "field 'name' must be a str"]),
+    ("node_inputs_not_list", _edit(nodes=_nodes({"name": "q", "op": "relu", "inputs": "z"})), SpecError,
+     ["node 'q'", "field 'inputs' must be a list"]),
+    ("node_unknown_field", _edit(nodes=_nodes({"name": "q", "op": "relu", "inputs": ["z"], "args": 1})), SpecError,
+     ["node 'q'", "unknown field(s) ['args']"]),
+    ("unknown_op", _edit(nodes=_nodes({"name": "q", "op": "frobnicate", "inputs": ["z"]})), GraphError,
+     ["node 'q'", "unknown op 'frobnicate'", "known ops: ", "add", "gelu", "mm", "where"]),
+    ("shape_mismatch", _edit(nodes=_nodes({"name": "q", "op": "add", "inputs": ["z", "x"]})), GraphError,
+     ["node 'q' (add)", "do not broadcast", "z [2, 4]", "x [2, 3]"]),
+    ("mm_shape_mismatch", _edit(nodes=_nodes({"name": "q", "op": "mm", "inputs": ["z", "x"]})), GraphError,
+     ["node 'q' (mm)", "z is [2, 4]", "x is [2, 3]"]),
+    ("mm_dtype_mismatch",
+     _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "bfloat16"},
+                   {"name": "w", "shape": [3, 4], "dtype": "float16"}],
+           nodes=[{"name": "y", "op": "mm", "inputs": ["x", "w"]}], outputs=["y"]),
+     GraphError, ["node 'y' (mm)", "x is torch.bfloat16", "w is torch.float16"]),
+    ("cycle", _edit(nodes=_nodes({"name": "a", "op": "relu", "inputs": ["b"]},
+                                 {"name": "b", "op": "relu", "inputs": ["a"]}), outputs=["a"]),
+     GraphError, ["cycle a -> b -> a"]),
+    ("self_loop", _edit(nodes=_nodes({"name": "a", "op": "relu", "inputs": ["a"]})), GraphError, ["cycle a -> a"]),
+    ("dangling_input", _edit(nodes=_nodes({"name": "q", "op": "relu", "inputs": ["ghost"]})), GraphError,
+     ["node 'q' reads 'ghost'", "dangling input"]),
+    ("duplicate_node", _edit(nodes=_nodes({"name": "y", "op": "relu", "inputs": ["x"]})), GraphError,
+     ["duplicate node name 'y'"]),
+    ("node_named_like_input", _edit(nodes=_nodes({"name": "x", "op": "relu", "inputs": ["x"]})), GraphError,
+     ["duplicate node name 'x'"]),
+    ("duplicate_input", _edit(inputs=[*_base()["inputs"], {"name": "w", "shape": [1], "dtype": "float32"}]),
+     GraphError, ["duplicate node name 'w'"]),
+    ("unknown_dtype", _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "float8"}, _base()["inputs"][1]]),
+     GraphError, ["input 'x'", "unknown dtype 'float8'", "bfloat16"]),
+    ("dtype_not_string", _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": 32}, _base()["inputs"][1]]),
+     SpecError, ["input 'x'", "field 'dtype' must be a str"]),
+    ("negative_size", _edit(inputs=[{"name": "x", "shape": [2, -3], "dtype": "float32"}, _base()["inputs"][1]]),
+     GraphError, ["input 'x'", "non-negative integers", "[2, -3]"]),
+    ("strides_do_not_match",
+     _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "float32", "strides": [1]}, _base()["inputs"][1]]),
+     GraphError, ["input 'x'", "strides [1] do not match shape [2, 3]"]),
+    ("bool_stride",
+     _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "float32", "strides": [True, 1]}, _base()["inputs"][1]]),
+     GraphError, ["input 'x'", "strides [True, 1]"]),
+    ("gelu_approximate_fast",
+     _edit(nodes=_nodes({"name": "q", "op": "gelu", "inputs": ["z"], "attrs": {"approximate": "fast"}})), GraphError,
+     ["node 'q' (gelu)", "'approximate' must be 'none' or 'tanh', got 'fast'"]),
+    ("clamp_without_bounds", _edit(nodes=_nodes({"name": "q", "op": "clamp", "inputs": ["z"]})), GraphError,
+     ["node 'q' (clamp)", "needs attr 'min' or 'max'"]),
+    ("attrs_not_object", _edit(nodes=_nodes({"name": "q", "op": "clamp", "inputs": ["z"], "attrs": [1]})), SpecError,
+     ["node 'q'", "field 'attrs' must be an object"]),
+    ("wrong_arity", _edit(nodes=_nodes({"name": "q", "op": "relu", "inputs": ["z", "x"]})), GraphError,
+     ["node 'q' (relu)", "takes 1 tensor inputs, got 2"]),
+    ("output_not_a_node", _edit(outputs=["z", "nope"]), SpecError, ["output 'nope' is not a node"]),
+    ("no_outputs", _edit(outputs=[]), SpecError, ["at least one output"]),
+]
+
+
+@pytest.mark.parametrize(("spec", "kind", "fragments"), [c[1:] for c in BAD_SPECS], ids=[c[0] for c in BAD_SPECS])
+def test_bad_spec_is_refused_with_a_useful_message(spec: Any, kind: type[Exception], fragments: list[str],
+                                                   tmp_path: Path) -> None:
+    got, msg = _refusal(tmp_path, spec)
+    assert got is kind, f"{got.__name__}: {msg}"
+    for fragment in fragments:
+        assert fragment in msg, f"{fragment!r} missing from: {msg}"
+    assert "\n" not in msg  # one line, as the CLI prints it
+
+
+def test_graph_from_dict_names_its_source() -> None:
+    spec = _edit(nodes=_nodes({"name": "q", "op": "frobnicate", "inputs": ["z"]}))
+    with pytest.raises(GraphError, match=r"^my_model: node 'q': unknown op 'frobnicate'"):
+        graph_from_dict(spec, "my_model")
