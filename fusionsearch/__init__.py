@@ -25,7 +25,14 @@ def capture(fn_or_module, *example_inputs):  # type: ignore[no-untyped-def]
     return _capture(fn_or_module, *example_inputs)
 
 
+def tune(fn_or_graph, *example_inputs, **options):  # type: ignore[no-untyped-def]
+    """Search the best fusion plan (see fusionsearch.search.study.tune); returns a TuneResult."""
+    from fusionsearch.search.study import tune as _tune
+
+    return _tune(fn_or_graph, *example_inputs, **options)
+
+
 __all__ = [
     "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
-    "SpecError", "capture", "measure", "search", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
+    "SpecError", "capture", "tune", "measure", "search", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
 ]

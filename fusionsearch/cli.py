@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 
-from fusionsearch.errors import FusionSearchError
+from fusionsearch.errors import FusionSearchError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
+
+DEFAULT_WORKLOAD = "w8_dequant_mm"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -19,18 +26,113 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_shape(text: str) -> dict[str, int]:
+    shape: dict[str, int] = {}
+    for part in filter(None, text.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip().isidentifier() or not value.strip().isdigit():
+            raise SpecError(f"--shape {text!r}: write it as M=16,K=4096,N=4096 (positive integers)")
+        shape[key.strip()] = int(value)
+    return shape
+
+
+def _load_target(target: str | None, shape: str, dtype: str) -> OpGraph:
+    """A built-in workload by name or a JSON spec file; the default workload when none is named."""
+    from fusionsearch.datasets.workloads import WORKLOADS, workload
+    from fusionsearch.graph.spec import load_graph
+
+    if target is None:
+        target = DEFAULT_WORKLOAD
+    if target.endswith(".json") or os.path.sep in target:
+        if shape:
+            raise SpecError("--shape applies to built-in workloads; a spec file carries its own shapes")
+        return load_graph(target)
+    if target not in WORKLOADS:
+        raise SpecError(f"{target!r} is neither a built-in workload ({', '.join(WORKLOADS)}) nor a .json spec file")
+    return workload(target, dtype=dtype, **_parse_shape(shape))
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from fusionsearch.search.study import SearchOptions, run_study
+
+    g = _load_target(args.target, args.shape, args.dtype)
+    opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
+                         study_name=args.study, seed=args.seed, timeout=args.timeout,
+                         bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet)
+    if args.out and os.path.exists(args.out) and os.listdir(args.out):
+        raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
+    res = run_study(g, opts)
+    print(res.explain())
+    if args.out:
+        tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=os.path.dirname(os.path.abspath(args.out)))
+        try:
+            res.export(tmp)
+            with open(os.path.join(tmp, "result.json"), "w") as f:
+                json.dump(res.to_dict(), f, indent=1, default=str)
+            if os.path.exists(args.out):
+                os.rmdir(args.out)
+            os.replace(tmp, args.out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"wrote {args.out}/ (plan.json, fusionsearch_plan.py, graph.json, report.md)")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from fusionsearch.costmodel.analytic import estimate
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.graph.spec import load_graph
+    from fusionsearch.search.plan import Plan
+
+    path = os.path.join(args.plan, "plan.json") if os.path.isdir(args.plan) else args.plan
+    graph_path = args.graph or os.path.join(os.path.dirname(os.path.abspath(path)), "graph.json")
+    g = load_graph(graph_path)
+    try:
+        with open(path) as f:
+            plan = Plan.from_json(f.read(), g)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the plan ({e.strerror})") from None
+    est = estimate(plan, Hardware.detect())
+    print(plan.describe())
+    for ke in est.per_kernel:
+        print(f"kernel {ke.index}: {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "
+              f"{ke.flops / 1e9:.2f} GFLOP, predicted {ke.time_us:.1f} us")
+    print(f"plan: predicted {est.time_us:.1f} us")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusionsearch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list the built-in workloads with their default shapes")
     p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("search", help="search the best fusion plan for a workload or a JSON graph spec")
+    p.add_argument("target", nargs="?", help=f"built-in workload name or SPEC.json (default: {DEFAULT_WORKLOAD})")
+    p.add_argument("--shape", default="", help="shape parameters of a workload, e.g. M=16,K=4096,N=4096")
+    p.add_argument("--dtype", default="bfloat16", help="dtype of a workload (bfloat16, float16, float32)")
+    p.add_argument("--trials", type=int, default=32, help="total trials of the study (default 32)")
+    p.add_argument("--backend", default="auto", help="auto (gpu when present), gpu, interpret (CPU), model")
+    p.add_argument("--sampler", default="tpe", help="tpe (default), brute (exhaustive), random")
+    p.add_argument("--storage", default=None, help="Optuna storage URL (sqlite:///f.db, postgresql://..., journal:f)")
+    p.add_argument("--study", default=None, help="study name, to resume or to share between workers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--bytes-rule", type=float, default=1.1, help="prologue bytes factor (default 1.1)")
+    p.add_argument("--no-bytes-rule", action="store_true", help="let measurement decide every prologue")
+    p.add_argument("--out", default=None, help="write plan.json, the exported kernels and report.md here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_search)
+    p = sub.add_parser("explain", help="explain a saved plan (a search's --out directory or its plan.json)")
+    p.add_argument("plan")
+    p.add_argument("--graph", default=None, help="the graph spec (default: graph.json beside the plan)")
+    p.set_defaults(func=_cmd_explain)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI: exit 0 on success, 2 on a user error (one line, no traceback), 1 on an internal failure."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # argparse exits 2 with its own one-line message on bad arguments
     try:
         return int(args.func(args))
     except FusionSearchError as e:

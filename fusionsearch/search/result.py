@@ -1,0 +1,154 @@
+"""TuneResult: the best plan of a search, every trial, and the ways to read them (explain, report)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.search.plan import Plan, TemplateKernel
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the search saw it: status (measured, pruned reasons, failed), predicted and measured µs."""
+
+    number: int
+    state: str
+    status: str
+    params: dict[str, Any]
+    value_us: float | None
+    predicted_us: float | None
+    measured_us: float | None
+    reason: str
+
+    @staticmethod
+    def from_trial(t: Any) -> TrialRecord:
+        ua = t.user_attrs
+        return TrialRecord(t.number, t.state.name.lower(), ua.get("status", t.state.name.lower()), dict(t.params),
+                           t.value, ua.get("predicted_us"), ua.get("measured_us"), ua.get("reason", ""))
+
+
+@dataclass
+class TuneResult:
+    """What `fusionsearch.tune` returns: `.best` (a Plan) and its time `.best_us` (measured on the gpu
+    backend, predicted otherwise), `.trials`, and compile/export/explain/report."""
+
+    graph: OpGraph
+    space: Any
+    best: Plan
+    best_us: float
+    trials: list[TrialRecord]
+    backend: str
+    hardware: Any
+    study_name: str
+    elapsed_s: float
+    storage: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """Trials by status: measured, pruned (cost model, bytes rule, illegal), invalid, failed."""
+        out: dict[str, int] = {}
+        for t in self.trials:
+            out[t.status] = out.get(t.status, 0) + 1
+        return out
+
+    def compile(self, **options: Any) -> Any:
+        return self.best.compile(**options)
+
+    def export(self, directory: str) -> str:
+        """Write the best plan's standalone module, plan.json, graph.json and report.md into `directory`."""
+        path = self.best.export(directory)
+        self.graph.save(os.path.join(directory, "graph.json"))
+        self.report(os.path.join(directory, "report.md"))
+        return path
+
+    def explain(self) -> str:
+        """Per kernel of the best plan: what is fused and why, bytes, predicted time; then the trial counts."""
+        from fusionsearch.costmodel.analytic import estimate
+        from fusionsearch.search.plan import prologue_bytes_ok, template_operands
+
+        est = estimate(self.best, self.hardware)
+        g = self.graph
+        lines = [f"best plan: {self.best_us:.1f} us ({'measured' if self.backend == 'gpu' else 'predicted'}, "
+                 f"backend {self.backend}); predicted {est.time_us:.1f} us; "
+                 f"{est.bytes_read / 1e6:.2f} MB read, {est.bytes_written / 1e6:.2f} MB written"]
+        for k, ke in zip(self.best.kernels, est.per_kernel, strict=True):
+            head = f"  kernel {ke.index}: {k.kind}"
+            if isinstance(k, TemplateKernel):
+                head += f" {g.node(k.matmul).op} {k.matmul} [{k.config.short()}]"
+                for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
+                    root = template_operands(g, k.matmul)[side]
+                    if nodes:
+                        head += f"\n      prologue {side}: {', '.join(nodes)} fused (reads the inputs in the K loop)"
+                    elif g.node(root).op != "input" and g.node(root).kind in ("pointwise", "layout", "indexing"):
+                        why = ("the bytes rule refuses it" if not prologue_bytes_ok(
+                            g, k.matmul, side, [root]) else "the search measured it unfused as faster")
+                        head += f"\n      prologue {side}: {root} not fused ({why})"
+                if k.epilogue:
+                    head += f"\n      epilogue: {', '.join(k.epilogue)} fused"
+            else:
+                head += f" [{', '.join(k.nodes)}]"
+            head += (f"\n      {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "
+                     f"{ke.flops / 1e9:.2f} GFLOP, predicted {ke.time_us:.1f} us")
+            lines.append(head)
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items()))
+        lines.append(f"trials: {len(self.trials)} ({counts}); search took {self.elapsed_s:.1f} s")
+        return "\n".join(lines)
+
+    def report(self, path: str) -> str:
+        """A markdown report (best plan, explain, trial table) with the study history as a PNG beside it
+        when matplotlib is installed."""
+        lines = [f"# fusionsearch report: study {self.study_name}", "",
+                 f"- backend: {self.backend}; hardware: {getattr(self.hardware, 'name', '?')}",
+                 f"- best: {self.best_us:.2f} us", f"- trials: {len(self.trials)} {self.counts()}", "",
+                 "## Best plan", "", "```", self.best.describe(), "```", "", "## Explain", "", "```",
+                 self.explain(), "```", ""]
+        png = _plot_history(self, os.path.splitext(path)[0] + "_history.png")
+        if png:
+            lines += [f"![history]({os.path.basename(png)})", ""]
+        lines += ["## Trials", "", "| # | status | predicted us | value us | reason |", "|---|---|---|---|---|"]
+        for t in self.trials:
+            fmt = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
+            lines.append(f"| {t.number} | {t.status} | {fmt(t.predicted_us)} | {fmt(t.value_us)} | "
+                         f"{t.reason.replace('|', '/')[:120]} |")
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"study": self.study_name, "backend": self.backend, "best_us": self.best_us,
+                "best_plan": json.loads(self.best.to_json()), "counts": self.counts(), "elapsed_s": self.elapsed_s,
+                "trials": [t.__dict__ for t in self.trials]}
+
+
+def _plot_history(result: TuneResult, path: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    xs = [t.number for t in result.trials if t.value_us is not None]
+    ys = [t.value_us for t in result.trials if t.value_us is not None]
+    if not xs:
+        return None
+    best, run = [], float("inf")
+    for y in ys:
+        run = min(run, y)
+        best.append(run)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.scatter(xs, ys, s=10, label="trial")
+    ax.step(xs, best, where="post", color="C1", label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("time (us)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

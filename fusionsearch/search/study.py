@@ -1,0 +1,321 @@
+"""The Optuna study: define-by-run over fusion options and tile configs, pruned by the cost model, judged
+by the backend (gpu: validate + time; interpret: validate a shrunk copy in Triton's interpreter, rank by the
+model; model: the cost model alone). Optuna stays inside this module."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import torch
+
+from fusionsearch.errors import FusionSearchError, PlanError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
+from fusionsearch.search.result import TrialRecord, TuneResult
+from fusionsearch.search.space import Space, enumerate_space, seed_plans
+
+BACKENDS = ("auto", "gpu", "interpret", "model")
+SAMPLERS = ("tpe", "brute", "random")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Settings of one search. `prune_margin`: a trial predicted slower than the best measured trial's
+    prediction times this factor is pruned without compiling. `bytes_rule`: the prologue bytes factor
+    (None lifts the rule so that measurement decides)."""
+
+    trials: int = 64
+    backend: str = "auto"
+    sampler: str = "tpe"
+    storage: str | None = None
+    study_name: str | None = None
+    seed: int = 0
+    timeout: float | None = None
+    prune_margin: float = 1.5
+    bytes_rule: float | None = 1.1
+    max_configs: int = 48
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.sampler not in SAMPLERS:
+            raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
+        if not isinstance(self.trials, int) or self.trials < 1:
+            raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
+
+
+def resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        return "gpu" if torch.cuda.is_available() else "interpret"
+    if backend == "gpu" and not torch.cuda.is_available():
+        raise FusionSearchError("backend 'gpu' needs a CUDA GPU; use --backend interpret or model on this machine")
+    return backend
+
+
+def make_storage(url: str | None) -> Any:
+    """In memory when None; 'journal:PATH' for a journal file; any RDB URL (sqlite:///, postgresql://)."""
+    if url is None:
+        return None
+    if url.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    if "://" not in url:
+        raise SpecError(f"storage {redact(url)!r} is not a URL: use sqlite:///file.db, postgresql://..., "
+                        "or journal:file.log")
+    try:
+        return optuna.storages.RDBStorage(url)
+    except Exception as e:  # a bad URL or unreachable server is the user's to fix
+        raise SpecError(f"storage {redact(url)} cannot be opened: {str(e).splitlines()[0][:200]}") from None
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+def _sampler(options: SearchOptions, space: Space) -> optuna.samplers.BaseSampler:
+    if options.sampler == "brute":
+        return optuna.samplers.BruteForceSampler(seed=options.seed)
+    if options.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=options.seed)
+    return optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True, n_startup_trials=8)
+
+
+class Objective:
+    """One trial = one plan: suggest, build, estimate, prune or judge. Plain state, no closures."""
+
+    def __init__(self, graph: OpGraph, space: Space, options: SearchOptions, backend: str,
+                 inputs: Sequence[torch.Tensor] | None, hw: Any) -> None:
+        from fusionsearch.costmodel.analytic import estimate
+
+        self.graph, self.space, self.options, self.backend, self.hw = graph, space, options, backend, hw
+        self.estimate = estimate
+        self.inputs = inputs
+        self.best_measured_prediction = float("inf")
+        self.best_value = float("inf")
+        self._checked: dict[str, tuple[bool, str]] = {}
+        self._small = None
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, str]:
+        params: dict[str, str] = {}
+        for grp in self.space.groups:
+            params[f"{grp.key}.fusion"] = trial.suggest_categorical(f"{grp.key}.fusion", list(grp.options))
+        for i, cfgs in enumerate(self.space.configs):
+            params[f"mm{i}.config"] = trial.suggest_categorical(f"mm{i}.config", [c.short() for c in cfgs])
+        return params
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        params = self.suggest(trial)
+        try:
+            plan = self.space.plan(params)
+        except PlanError as e:
+            return self._prune(trial, "illegal", str(e))
+        trial.set_user_attr("plan", plan.to_json())
+        if self.options.bytes_rule is not None:
+            for k in plan.kernels:
+                if isinstance(k, TemplateKernel):
+                    for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
+                        if nodes and not prologue_bytes_ok(self.graph, k.matmul, side, nodes, self.options.bytes_rule):
+                            return self._prune(trial, "bytes rule", f"prologue {side} of {k.matmul} reads more bytes "
+                                               f"than the unfused operand (factor > {self.options.bytes_rule})")
+        predicted = self.estimate(plan, self.hw).time_us
+        trial.set_user_attr("predicted_us", predicted)
+        if predicted > self.best_measured_prediction * self.options.prune_margin:
+            trial.report(predicted, 0)
+            return self._prune(trial, "cost model", f"predicted {predicted:.1f} us, more than "
+                               f"{self.options.prune_margin}x the best measured plan's prediction")
+        if self.backend == "model":
+            value = predicted
+        elif self.backend == "interpret":
+            ok, reason = self._check_interpreted(plan)
+            if not ok:
+                return self._prune(trial, "invalid", reason)
+            value = predicted
+        else:
+            value = self._measure(trial, plan)
+            if value == float("inf"):
+                return self._prune(trial, "failed", trial.user_attrs.get("reason", ""))
+        trial.set_user_attr("status", {"gpu": "measured", "interpret": "validated", "model": "estimated"}[self.backend])
+        if value < self.best_value:
+            self.best_value = value
+        self.best_measured_prediction = min(self.best_measured_prediction, predicted)
+        return value
+
+    def _prune(self, trial: optuna.Trial, status: str, reason: str) -> float:
+        trial.set_user_attr("status", status)
+        trial.set_user_attr("reason", reason)
+        raise optuna.TrialPruned(reason)
+
+    def _check_interpreted(self, plan: Plan) -> tuple[bool, str]:
+        """Validate the plan's decisions on a shrunk graph in the interpreter (cached per plan)."""
+        from fusionsearch.graph.shrink import shrink
+        from fusionsearch.measure.validate import validate
+
+        key = plan.to_json()
+        if key not in self._checked:
+            if self._small is None:
+                self._small = shrink(self.graph) or False
+            if self._small is False:
+                self._checked[key] = (True, "not checked: the graph does not shrink")
+            else:
+                small_plan = Plan(self._small, plan.kernels, plan.recompute)
+                with _interpreter():
+                    v = validate(small_plan, self._small, device="cpu", seed=self.options.seed)
+                self._checked[key] = (v.ok, v.reason)
+        return self._checked[key]
+
+    def _measure(self, trial: optuna.Trial, plan: Plan) -> float:
+        from fusionsearch.measure import benchmark, validate
+
+        inputs = self.inputs
+        v = validate(plan, self.graph, inputs, seed=self.options.seed)
+        trial.set_user_attr("rel_err", v.rel_err)
+        if not v.ok:
+            trial.set_user_attr("reason", f"invalid: {v.reason}")
+            return float("inf")
+        t = benchmark(plan, inputs)
+        if not t.ok:
+            trial.set_user_attr("reason", f"failed: {t.reason}")
+            return float("inf")
+        trial.set_user_attr("measured_us", t.median_us)
+        return t.median_us
+
+
+class _interpreter:
+    """Run Triton in its CPU interpreter for the duration (the flag is read at launch time)."""
+
+    def __enter__(self) -> None:
+        import os
+
+        self._old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+
+        if self._old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = self._old
+
+
+def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None = None,
+              hw: Any = None) -> TuneResult:
+    """Search the graph's fusion and tile-config space; returns the best plan and every trial."""
+    from fusionsearch.costmodel.analytic import fits
+    from fusionsearch.costmodel.hardware import Hardware
+
+    backend = resolve_backend(options.backend)
+    hw = hw or Hardware.detect()
+    if backend == "gpu" and inputs is None:
+        from fusionsearch.graph.reference import random_inputs
+
+        inputs = random_inputs(graph, seed=options.seed, device="cuda")
+    space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    storage = make_storage(options.storage)
+    name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
+    study = optuna.create_study(study_name=name, storage=storage, sampler=_sampler(options, space),
+                                direction="minimize", load_if_exists=True)
+    done_before = len(study.trials)
+    if done_before == 0:
+        for params in seed_plans(space):
+            study.enqueue_trial(params, skip_if_exists=True)
+    objective = Objective(graph, space, options, backend, inputs, hw)
+    for t in study.trials:  # a resumed study: its measured trials set the pruning bar
+        if t.state == optuna.trial.TrialState.COMPLETE and "predicted_us" in t.user_attrs:
+            objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
+    remaining = max(0, options.trials - done_before)
+    start = time.time()
+    bar = _progress(remaining, options.progress)
+    callbacks = [bar.callback] if bar else []
+    callbacks.append(optuna.study.MaxTrialsCallback(options.trials, states=None))
+    if remaining:
+        study.optimize(objective, n_trials=remaining, timeout=options.timeout, callbacks=callbacks,
+                       catch=(RuntimeError, ValueError))
+    if bar:
+        bar.close()
+    records = [TrialRecord.from_trial(t) for t in study.trials]
+    best = _best(study, space)
+    return TuneResult(graph=graph, space=space, best=best[0], best_us=best[1], trials=records, backend=backend,
+                      hardware=hw, study_name=name, elapsed_s=time.time() - start,
+                      storage=redact(options.storage) if options.storage else None)
+
+
+def _best(study: optuna.Study, space: Space) -> tuple[Plan, float]:
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+    if not complete:
+        raise FusionSearchError("no trial produced a valid plan; see the trials' reasons (fusionsearch explain)")
+    best = min(complete, key=lambda t: t.value)
+    return space.plan(best.params), float(best.value)
+
+
+@dataclass
+class _Progress:
+    total: int
+    bar: Any = None
+    best: float = float("inf")
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def callback(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        status = trial.user_attrs.get("status", trial.state.name.lower())
+        self.counts[status] = self.counts.get(status, 0) + 1
+        if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
+            self.best = min(self.best, trial.value)
+        self.bar.set_postfix_str(f"best {self.best:.1f} us  " + " ".join(f"{k} {v}" for k, v in self.counts.items()))
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(total: int, enabled: bool) -> _Progress | None:
+    if not enabled or total == 0:
+        return None
+    from tqdm import tqdm
+
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    return _Progress(total, tqdm(total=total, file=sys.stderr, unit="trial", dynamic_ncols=True))
+
+
+def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = 64, backend: str = "auto",
+         storage: str | None = None, study_name: str | None = None, seed: int = 0, timeout: float | None = None,
+         **options: Any) -> TuneResult:
+    """Search the best fusion plan for a graph, or for a PyTorch function/module traced on `example_inputs`.
+
+    >>> import fusionsearch as fs
+    >>> res = fs.tune(fs.workload("mm_bias_gelu", M=16, K=256, N=256), trials=8, backend="model")
+    >>> res.best.kernels[0].epilogue
+    ('y_bias', 'out')
+    """
+    if isinstance(fn_or_graph, OpGraph):
+        graph = fn_or_graph
+    elif callable(fn_or_graph):
+        from fusionsearch.graph.capture import capture
+
+        graph = capture(fn_or_graph, *example_inputs)
+    else:
+        raise SpecError(f"tune needs an OpGraph or a PyTorch function/module, got {type(fn_or_graph).__name__}")
+    opts = SearchOptions(trials=trials, backend=backend, storage=storage, study_name=study_name, seed=seed,
+                         timeout=timeout, **options)
+    inputs = list(example_inputs) if example_inputs and all(
+        isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs) else None
+    if inputs is not None and len(inputs) != len(graph.inputs):
+        inputs = None  # a module's parameters are graph inputs too: draw random ones
+    return run_study(graph, opts, inputs)
