@@ -12,7 +12,7 @@ from fusionsearch.errors import (
     PlanError,
     SpecError,
 )
-from fusionsearch import measure, search
+from fusionsearch import costmodel, measure, search
 from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
 
 __version__ = "0.1.0"
@@ -34,5 +34,5 @@ def tune(fn_or_graph, *example_inputs, **options):  # type: ignore[no-untyped-de
 
 __all__ = [
     "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
-    "SpecError", "capture", "tune", "measure", "search", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
+    "SpecError", "capture", "costmodel", "measure", "search", "tune", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
 ]

@@ -72,10 +72,17 @@ def make_storage(url: str | None) -> Any:
     if "://" not in url:
         raise SpecError(f"storage {redact(url)!r} is not a URL: use sqlite:///file.db, postgresql://..., "
                         "or journal:file.log")
-    try:
-        return optuna.storages.RDBStorage(url)
-    except Exception as e:  # a bad URL or unreachable server is the user's to fix
-        raise SpecError(f"storage {redact(url)} cannot be opened: {str(e).splitlines()[0][:200]}") from None
+    for attempt in range(5):
+        try:
+            if url.startswith("sqlite"):
+                return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+            return optuna.storages.RDBStorage(url)
+        except Exception as e:  # a bad URL or unreachable server is the user's to fix
+            if url.startswith("sqlite") and attempt < 4:
+                time.sleep(0.5)  # another worker is creating the schema at this moment
+                continue
+            raise SpecError(f"storage {redact(url)} cannot be opened: {str(e).splitlines()[0][:200]}") from None
+    raise AssertionError("unreachable")
 
 
 def redact(url: str) -> str:
@@ -229,26 +236,18 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    storage = make_storage(options.storage)
+    storage = make_storage(options.storage) or optuna.storages.InMemoryStorage()
     name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
-    study = optuna.create_study(study_name=name, storage=storage, sampler=_sampler(options, space),
-                                direction="minimize", load_if_exists=True)
-    done_before = len(study.trials)
-    if done_before == 0:
-        for params in seed_plans(space):
-            study.enqueue_trial(params, skip_if_exists=True)
+    study = _open_study(name, storage, _sampler(options, space), options.trials, seed_plans(space))
     objective = Objective(graph, space, options, backend, inputs, hw)
     for t in study.trials:  # a resumed study: its measured trials set the pruning bar
         if t.state == optuna.trial.TrialState.COMPLETE and "predicted_us" in t.user_attrs:
             objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
-    remaining = max(0, options.trials - done_before)
     start = time.time()
-    bar = _progress(remaining, options.progress)
-    callbacks = [bar.callback] if bar else []
-    callbacks.append(optuna.study.MaxTrialsCallback(options.trials, states=None))
-    if remaining:
-        study.optimize(objective, n_trials=remaining, timeout=options.timeout, callbacks=callbacks,
-                       catch=(RuntimeError, ValueError))
+    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    bar = _progress(waiting, options.progress)
+    _work(study, storage, objective, None if options.timeout is None else start + options.timeout, bar,
+          _sqlite_lock_path(options.storage))
     if bar:
         bar.close()
     records = [TrialRecord.from_trial(t) for t in study.trials]
@@ -256,6 +255,98 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     return TuneResult(graph=graph, space=space, best=best[0], best_us=best[1], trials=records, backend=backend,
                       hardware=hw, study_name=name, elapsed_s=time.time() - start,
                       storage=redact(options.storage) if options.storage else None)
+
+
+def _open_study(name: str, storage: Any, sampler: optuna.samplers.BaseSampler, total: int,
+                seeds: list[dict[str, str]]) -> optuna.Study:
+    """Create the study with `total` waiting trial slots (the seed plans first), or join an existing one.
+
+    Workers only claim waiting slots, so N workers on one storage run exactly `total` trials between them.
+    The creator records the slot count in the study's user attr 'slots' once laid out; a joiner waits for it,
+    and a later run asking for a larger total (a resume) adds the missing slots."""
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize")
+        slots = 0
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        deadline = time.time() + 60
+        while "slots" not in study.user_attrs and time.time() < deadline:
+            time.sleep(0.2)  # the creator is still laying out the slots
+        slots = int(study.user_attrs.get("slots", len(study.get_trials(deepcopy=False))))
+    if slots == 0:
+        for params in seeds[:total]:
+            study.enqueue_trial(params)
+        slots = min(len(seeds), total)
+    for _ in range(total - slots):
+        study.enqueue_trial({})
+    study.set_user_attr("slots", max(total, slots))
+    return study
+
+
+def _claim(storage: Any, study_id: int, lock_path: str | None) -> int | None:
+    """Atomically take one waiting trial. PostgreSQL/MySQL (SELECT ... FOR UPDATE) and journal files (file
+    locks) refuse a second claimant themselves; SQLite ignores FOR UPDATE, so its claims take a file lock."""
+    with _file_lock(lock_path):
+        for t in storage.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            try:
+                if storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.RUNNING):
+                    return t._trial_id
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker claimed and finished it since the list was read
+    return None
+
+
+class _file_lock:
+    """An exclusive flock on `path` for the duration (no-op when path is None)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.fd = path, -1
+
+    def __enter__(self) -> None:
+        if self.path:
+            import fcntl
+            import os
+
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            import fcntl
+            import os
+
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _sqlite_lock_path(url: str | None) -> str | None:
+    if not url or not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///")
+    return None if path in ("", ":memory:") else path + ".claims.lock"
+
+
+def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: float | None,
+          bar: _Progress | None, lock_path: str | None = None) -> None:
+    """Claim and run waiting trials until none is left (or the deadline passes)."""
+    study_id = storage.get_study_id_from_name(study.study_name)
+    while deadline is None or time.time() < deadline:
+        trial_id = _claim(storage, study_id, lock_path)
+        if trial_id is None:
+            return
+        trial = optuna.trial.Trial(study, trial_id)
+        try:
+            state, value = optuna.trial.TrialState.COMPLETE, objective(trial)
+        except optuna.TrialPruned:
+            state, value = optuna.trial.TrialState.PRUNED, None
+        except Exception as e:  # a fault in the search itself fails this trial only, with its reason
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("reason", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+            state, value = optuna.trial.TrialState.FAIL, None
+        frozen = study.tell(trial, value, state=state)
+        if bar:
+            bar.callback(study, frozen)
 
 
 def _best(study: optuna.Study, space: Space) -> tuple[Plan, float]:
