@@ -91,7 +91,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
     kernels: list[GeneratedKernel] = []
     externs: list[dict[str, object]] = []
-    run = [f"def run(*inputs, poison=False):",
+    run = ["def run(*inputs, poison=False):",
            f"    if len(inputs) != {len(g.inputs)}:",
            f"        raise ValueError('this plan takes {len(g.inputs)} input tensors')"]
     run.append(f"    {', '.join(buf[n] for n in g.inputs)}, = inputs")
@@ -115,14 +115,19 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue)
         else:
             assert isinstance(k, PointwiseKernel)
-            step = [generate_pointwise(g, k, stored[i], name, upcast_pointwise)]
+            pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)
+            if pk is None:
+                run.append("    # (dead nodes: nothing reads them)")
+                continue
+            step = [pk]
         for n in sorted(stored[i], key=list(buf).index):
             if n not in allocated:
                 node = g.node(n)
                 run.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, torch.{dtype_name(node.dtype)}, device, poison)")
                 allocated.add(n)
         if step[0].workspace:
-            run.append(f"    ws = torch.empty({step[0].workspace}, dtype=torch.float32, device=device)")
+            # Poisoned too: a split-K partial tile that is never written must not read as stale sums.
+            run.append(f"    ws = _alloc(({step[0].workspace},), torch.float32, device, poison)")
         for gk in step:
             args = []
             for a in gk.args:

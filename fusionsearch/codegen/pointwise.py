@@ -7,7 +7,6 @@ import math
 from fusionsearch.codegen.emit import NameGen, Source
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator
-from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import PointwiseKernel
 
@@ -15,11 +14,12 @@ XBLOCK = 1024
 
 
 def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: str,
-                       upcast: bool = True) -> GeneratedKernel:
-    """One kernel writing every stored node of the group; all share one shape (the plan checks it)."""
+                       upcast: bool = True) -> GeneratedKernel | None:
+    """One kernel writing every stored node of the group; all share one shape (the plan checks it).
+    None when nothing it computes is read by anyone (dead nodes): no kernel at all."""
     targets = [n for n in k.nodes if n in stored]
     if not targets:
-        raise CodegenError("a pointwise kernel that stores nothing does no work; fuse its nodes elsewhere")
+        return None
     shape = g.node(targets[0]).shape
     numel = math.prod(shape)
     src = Source(1, NameGen())

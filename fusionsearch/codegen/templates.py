@@ -161,7 +161,11 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
         idx = _operand_index(g, k.matmul, side, t)
         v = ev.value(ops[side], idx)
         var = side.lower()
-        loop.line(f"{var} = {convert(v.name, v.dtype, op_dtype)}")
+        operand = convert(v.name, v.dtype, op_dtype)
+        if nodes:
+            # A prologue through expand/unsqueeze may give a row or column that does not span the tile yet.
+            operand = f"tl.broadcast_to({operand}, {'(BLOCK_M, BLOCK_K)' if side == 'A' else '(BLOCK_K, BLOCK_N)'})"
+        loop.line(f"{var} = {operand}")
         if nodes and not even_k:
             # Padded K must contribute zero even where the prologue maps 0 to something else (exp, +1, ...).
             kmask = t.k_col.mask if side == "A" else t.k_row.mask

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.codegen.dtypes import Value, compute_dtype, convert
+from fusionsearch.codegen.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
 from fusionsearch.codegen.emit import Source
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
@@ -200,6 +200,10 @@ class TileEvaluator:
             args.append(v.name if keep_bool else convert(v.name, v.dtype, cdt))
         expr = op.triton(args, node.attrs)  # type: ignore[misc]
         result_dtype = torch.bool if node.dtype == torch.bool else cdt
+        if result_dtype in LOW_PRECISION:
+            # Triton divides fp16 in fp32 and promotes tl.maximum/minimum against a float literal to fp32:
+            # pin the dtype the value is tracked with (tl.dot refuses mixed operands).
+            expr = f"{expr}.to({tl_dtype(result_dtype)})"
         v = self._emit("v", expr, result_dtype, node.dtype, variant)
         if result_dtype != node.dtype and not (self.upcast and result_dtype == torch.float32
                                                and node.dtype in (torch.float16, torch.bfloat16)):

@@ -157,6 +157,26 @@ def lit(v: float | int | bool) -> str:
     return repr(f)
 
 
+def _tanh(x: str) -> str:
+    """tanh through the sigmoid, which saturates exactly to +-1: no libdevice call, so the same source runs in
+    Triton's CPU interpreter (which has no libdevice) and on the GPU."""
+    return f"(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
+
+
+def _pow(a: str, b: str) -> str:
+    """a ** b without libdevice: small integer exponents by multiplication (exact, any sign of a), 0.5 as
+    sqrt, otherwise exp(b * log(a)) (NaN for a negative base, as torch gives for non-integer exponents)."""
+    try:
+        e = float(b)
+    except ValueError:
+        return f"tl.exp({b} * tl.log({a}))"
+    if e == int(e) and 0 <= e <= 4:
+        return " * ".join([a] * int(e)) if e else f"({a} * 0.0 + 1.0)"
+    if e == 0.5:
+        return f"tl.sqrt({a})"
+    return f"tl.exp({b} * tl.log({a}))"
+
+
 def _operands(args: Sequence[str], attrs: Attrs) -> tuple[str, str]:
     """The two operand expressions of a binary op, with a scalar operand placed on its side."""
     if len(args) == 2:
@@ -177,6 +197,8 @@ def _binary(name: str, sym: str | None, fn: Callable[[object, object], torch.Ten
             needs_fp32: bool = False, doc: str = "") -> None:
     def triton(args: Sequence[str], attrs: Attrs) -> str:
         a, b = _operands(args, attrs)
+        if triton_fn == "_POW":
+            return f"({_pow(a, b)})"
         return f"({a} {sym} {b})" if sym else f"{triton_fn}({a}, {b})"
 
     def ref(t: Sequence[torch.Tensor], attrs: Attrs) -> torch.Tensor:
@@ -227,7 +249,7 @@ _binary("maximum", None, lambda a, b: torch.maximum(torch.as_tensor(a), torch.as
         _with_binary_check(promote), "tl.maximum", doc="elementwise max")
 _binary("minimum", None, lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)) if not isinstance(b, torch.Tensor) or not isinstance(a, torch.Tensor) else torch.minimum(a, b),
         _with_binary_check(promote), "tl.minimum", doc="elementwise min")
-_binary("pow", None, lambda a, b: torch.pow(a, b), _with_binary_check(pow_rule), "libdevice.pow", needs_fp32=True,
+_binary("pow", None, lambda a, b: torch.pow(a, b), _with_binary_check(pow_rule), "_POW", needs_fp32=True,
         doc="a ** b")
 for _name, _sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="), ("eq", "=="), ("ne", "!=")):
     _binary(_name, _sym, getattr(torch, _name), _with_binary_check(boolean), doc=f"comparison a {_sym} b")
@@ -240,14 +262,14 @@ _unary("log", torch.log, lambda x: f"tl.log({x})", to_float, needs_fp32=True)
 _unary("sqrt", torch.sqrt, lambda x: f"tl.sqrt({x})", to_float, needs_fp32=True)
 _unary("rsqrt", torch.rsqrt, lambda x: f"tl.rsqrt({x})", to_float, needs_fp32=True)
 _unary("sigmoid", torch.sigmoid, lambda x: f"tl.sigmoid({x})", to_float, needs_fp32=True)
-_unary("tanh", torch.tanh, lambda x: f"libdevice.tanh({x})", to_float, needs_fp32=True)
+_unary("tanh", torch.tanh, lambda x: _tanh(x), to_float, needs_fp32=True)
 _unary("silu", F.silu, lambda x: f"({x} * tl.sigmoid({x}))", float_only("silu"), needs_fp32=True)
 
 
 def _gelu_expr(args: Sequence[str], attrs: Attrs) -> str:
     x = args[0]
     if attrs.get("approximate", "none") == "tanh":
-        return f"(0.5 * {x} * (1.0 + libdevice.tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x}))))"
+        return f"(0.5 * {x} * (1.0 + {_tanh(f'(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x}))')}))"
     return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
 
 

@@ -258,6 +258,13 @@ def check_plan(plan: Plan) -> None:
                 if src not in inside and src not in materialised:
                     raise PlanError(f"kernel {i} reads {src!r} (input of {n!r}) before any kernel writes it")
         materialised |= set(produced(k))
+    for i, (k, stored) in enumerate(zip(plan.kernels, plan.stored(), strict=True)):
+        if isinstance(k, TemplateKernel):
+            shape = g.node(k.matmul).shape
+            for n in stored:
+                if g.node(n).shape != shape:
+                    raise PlanError(f"kernel {i}: {n!r} is needed outside the kernel but its shape {list(g.node(n).shape)} "
+                                    f"is not the matmul's tile {list(shape)}; compute it in its own kernel")
 
 
 def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
