@@ -29,6 +29,12 @@ from fusionsearch.search.plan import (
 
 STANDALONE = "standalone"
 
+# Configs that won the H200 sweeps of benchmarks/plans_gpu.py (bf16): always candidates, and seeded.
+KNOWN_GOOD_SMALL_M = (TileConfig(16, 64, 256, 8, 2, 4, 3), TileConfig(16, 128, 128, 8, 4, 4, 4),
+                      TileConfig(16, 64, 128, 8, 4, 4, 4))
+KNOWN_GOOD_LARGE_M = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(128, 128, 64, 8, 1, 4, 4),
+                      TileConfig(64, 128, 64, 8, 1, 4, 4))
+
 
 @dataclass(frozen=True)
 class Group:
@@ -127,7 +133,7 @@ def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48)
     splits = [1, 2, 4, 8, 16] if small else [1]
     warps_stages = [(4, 3), (4, 4), (8, 3)] if not small else [(4, 3), (4, 4), (2, 4)]
     default = default_config(g, mm)
-    out = [default]
+    out = [default] + [c for c in known_good(g, mm) if fits is None or fits(g, mm, c)]  # type: ignore[operator]
 
     def padded(v: int) -> int:
         return max(16, 1 << (max(v, 1) - 1).bit_length())
@@ -136,14 +142,22 @@ def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48)
         if bm > padded(m) or bn > padded(n) or bk > padded(k) or sk > max(1, math.ceil(k / bk) // 2):
             continue
         cfg = TileConfig(bm, bn, bk, 8, sk, w, s)
-        if cfg == default or (fits is not None and not fits(g, mm, cfg)):  # type: ignore[operator]
+        if cfg in out or (fits is not None and not fits(g, mm, cfg)):  # type: ignore[operator]
             continue
         out.append(cfg)
-    if len(out) > limit:
-        # Keep an even spread over the grid rather than its first corner.
-        step = (len(out) - 1) / (limit - 1)
-        out = [out[0]] + [out[1 + round(i * step)] for i in range(limit - 1) if 1 + round(i * step) < len(out)]
+    fixed = 1 + len(known_good(g, mm))
+    if len(out) > limit > fixed:
+        # Keep the default and known-good configs, and an even spread over the rest of the grid.
+        rest = out[fixed:]
+        step = len(rest) / (limit - fixed)
+        out = out[:fixed] + [rest[int(i * step)] for i in range(limit - fixed)]
     return tuple(dict.fromkeys(out))
+
+
+def known_good(g: OpGraph, mm: str) -> tuple[TileConfig, ...]:
+    """The known-good configs for this matmul's size class (small M: decode-like, else large)."""
+    m = g.node(mm).shape[-2]
+    return KNOWN_GOOD_SMALL_M if m <= 64 else KNOWN_GOOD_LARGE_M
 
 
 def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
@@ -179,7 +193,15 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
 
 def seed_plans(space: Space) -> list[dict[str, str]]:
     """Parameters of the plans every study starts from: all unfused, and the heuristic (epilogues fused,
-    prologues by the bytes rule)."""
+    prologues by the bytes rule), each with the default and the first two known-good tile configs."""
     g = space.graph
-    seeds = [space.params_for({}), space.params_for(fused_decisions(g, prologue_bytes_ok))]
+    fused = fused_decisions(g, prologue_bytes_ok)
+    seeds = [space.params_for({}), space.params_for(fused)]
+    for j in range(2):  # the heuristic and the unfused plan with the first known-good configs
+        configs = {}
+        for i, mm in enumerate(space.matmuls):
+            good = [c for c in known_good(g, mm) if c in space.configs[i]]
+            if good:
+                configs[mm] = good[j % len(good)]
+        seeds += [space.params_for(fused, configs), space.params_for({}, configs)]
     return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]

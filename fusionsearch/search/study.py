@@ -42,6 +42,7 @@ class SearchOptions:
     bytes_rule: float | None = 1.1
     max_configs: int = 48
     progress: bool = False
+    compile_workers: int | None = None  # gpu backend: parallel compile processes (None: cores - 1, 0: none)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -127,6 +128,10 @@ class Objective:
         return params
 
     def __call__(self, trial: optuna.Trial) -> float:
+        return self.finish(trial, self.prepare(trial))
+
+    def prepare(self, trial: optuna.Trial) -> Plan:
+        """Suggest, build and screen a trial's plan before anything compiles; raises TrialPruned."""
         params = self.suggest(trial)
         try:
             plan = self.space.plan(params)
@@ -146,6 +151,13 @@ class Objective:
             trial.report(predicted, 0)
             return self._prune(trial, "cost model", f"predicted {predicted:.1f} us, more than "
                                f"{self.options.prune_margin}x the best measured plan's prediction")
+        return plan
+
+    def finish(self, trial: optuna.Trial, plan: Plan, compile_failure: str = "") -> float:
+        """Judge a prepared plan by the backend; a compile failure found by a worker fails the trial."""
+        if compile_failure:
+            return self._prune(trial, "failed", f"compile failed: {compile_failure}")
+        predicted = trial.user_attrs["predicted_us"]
         if self.backend == "model":
             value = predicted
         elif self.backend == "interpret":
@@ -246,8 +258,17 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     start = time.time()
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
     bar = _progress(waiting, options.progress)
-    _work(study, storage, objective, None if options.timeout is None else start + options.timeout, bar,
-          _sqlite_lock_path(options.storage))
+    pool = None
+    if backend == "gpu" and options.compile_workers != 0:
+        from fusionsearch.measure.isolate import CompilePool
+
+        pool = CompilePool(options.compile_workers or None)
+    try:
+        _work(study, storage, objective, None if options.timeout is None else start + options.timeout, bar,
+              _sqlite_lock_path(options.storage), pool)
+    finally:
+        if pool is not None:
+            pool.close()
     if bar:
         bar.close()
     records = [TrialRecord.from_trial(t) for t in study.trials]
@@ -328,25 +349,51 @@ def _sqlite_lock_path(url: str | None) -> str | None:
 
 
 def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: float | None,
-          bar: _Progress | None, lock_path: str | None = None) -> None:
-    """Claim and run waiting trials until none is left (or the deadline passes)."""
+          bar: _Progress | None, lock_path: str | None = None, pool: Any = None) -> None:
+    """Claim and run waiting trials until none is left (or the deadline passes). With a compile pool, trials
+    are claimed in batches: the plans that survive pruning compile in parallel, then are measured in turn."""
     study_id = storage.get_study_id_from_name(study.study_name)
+    batch_size = pool.workers if pool is not None else 1
     while deadline is None or time.time() < deadline:
-        trial_id = _claim(storage, study_id, lock_path)
-        if trial_id is None:
+        batch = []
+        for _ in range(batch_size):
+            trial_id = _claim(storage, study_id, lock_path)
+            if trial_id is None:
+                break
+            batch.append(optuna.trial.Trial(study, trial_id))
+        if not batch:
             return
-        trial = optuna.trial.Trial(study, trial_id)
-        try:
-            state, value = optuna.trial.TrialState.COMPLETE, objective(trial)
-        except optuna.TrialPruned:
-            state, value = optuna.trial.TrialState.PRUNED, None
-        except Exception as e:  # a fault in the search itself fails this trial only, with its reason
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("reason", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
-            state, value = optuna.trial.TrialState.FAIL, None
-        frozen = study.tell(trial, value, state=state)
-        if bar:
-            bar.callback(study, frozen)
+        prepared: list[tuple[optuna.Trial, Plan | None, Any]] = []
+        for trial in batch:
+            try:
+                prepared.append((trial, objective.prepare(trial), None))
+            except Exception as e:
+                prepared.append((trial, None, e))
+        survivors = [(t, p) for t, p, e in prepared if p is not None]
+        failures = dict(zip([t.number for t, _ in survivors], pool.warm(objective.graph.to_dict(),
+                                                                       [p.to_json() for _, p in survivors]),
+                            strict=True)) if pool is not None else {}
+        for trial, plan, error in prepared:
+            frozen = _finish(study, objective, trial, plan, error, failures.get(trial.number, ""))
+            if bar:
+                bar.callback(study, frozen)
+
+
+def _finish(study: optuna.Study, objective: Objective, trial: optuna.Trial, plan: Plan | None,
+            error: BaseException | None, compile_failure: str) -> optuna.trial.FrozenTrial:
+    """Judge one prepared trial and tell the study its outcome; a fault fails this trial only, with its reason."""
+    try:
+        if error is not None:
+            raise error
+        assert plan is not None
+        state, value = optuna.trial.TrialState.COMPLETE, objective.finish(trial, plan, compile_failure)
+    except optuna.TrialPruned:
+        state, value = optuna.trial.TrialState.PRUNED, None
+    except Exception as e:
+        trial.set_user_attr("status", "failed")
+        trial.set_user_attr("reason", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+        state, value = optuna.trial.TrialState.FAIL, None
+    return study.tell(trial, value, state=state)
 
 
 def _best(study: optuna.Study, space: Space) -> tuple[Plan, float]:
