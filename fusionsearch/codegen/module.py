@@ -85,27 +85,31 @@ class PlanModule:
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
                     upcast_pointwise: bool = True) -> PlanModule:
-    """Generate the whole plan as one module; a pure function of (graph, plan, options)."""
+    """Generate the whole plan as one module; a pure function of (graph, plan, options).
+
+    The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
+    which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone."""
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
     kernels: list[GeneratedKernel] = []
     externs: list[dict[str, object]] = []
-    run = ["def run(*inputs, poison=False):",
-           f"    if len(inputs) != {len(g.inputs)}:",
-           f"        raise ValueError('this plan takes {len(g.inputs)} input tensors')"]
-    run.append(f"    {', '.join(buf[n] for n in g.inputs)}, = inputs")
-    run.append(f"    device = {buf[g.inputs[0]]}.device")
+    head = [f"    if len(inputs) != {len(g.inputs)}:",
+            f"        raise ValueError('this plan takes {len(g.inputs)} input tensors')",
+            f"    {', '.join(buf[n] for n in g.inputs)}, = inputs",
+            f"    device = {buf[g.inputs[0]]}.device"]
     if any(isinstance(k, ExternKernel) for k in plan.kernels):
-        run.append("    if not EXTERNS:")
-        run.append("        _load_externs()")
+        head += ["    if not EXTERNS:", "        _load_externs()"]
+    body: list[str] = []
+    launches: list[list[str]] = []  # per plan kernel, the statements that run it again on the same buffers
     allocated = set(g.inputs)
     for i, k in enumerate(plan.kernels):
-        run.append(f"    # step {i}: {k.kind}")
+        body.append(f"    # step {i}: {k.kind}")
         if isinstance(k, ExternKernel):
             node = g.node(k.node)
             args = ", ".join(buf[s] for s in node.inputs)
-            run.append(f"    {buf[k.node]} = EXTERNS[{len(externs)}]({args})")
+            body.append(f"    {buf[k.node]} = EXTERNS[{len(externs)}]({args})")
+            launches.append([f"EXTERNS[{len(externs)}]({args})"])
             externs.append({"target": node.attrs["target"], "args": node.attrs.get("args", []),
                             "kwargs": node.attrs.get("kwargs", {}), "output_index": node.attrs.get("output_index", 0)})
             allocated.add(k.node)
@@ -117,17 +121,19 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)
             if pk is None:
-                run.append("    # (dead nodes: nothing reads them)")
+                body.append("    # (dead nodes: nothing reads them)")
+                launches.append([])
                 continue
             step = [pk]
         for n in sorted(stored[i], key=list(buf).index):
             if n not in allocated:
                 node = g.node(n)
-                run.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, torch.{dtype_name(node.dtype)}, device, poison)")
+                body.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, torch.{dtype_name(node.dtype)}, device, poison)")
                 allocated.add(n)
         if step[0].workspace:
             # Poisoned too: a split-K partial tile that is never written must not read as stale sums.
-            run.append(f"    ws = _alloc(({step[0].workspace},), torch.float32, device, poison)")
+            body.append(f"    ws{i} = _alloc(({step[0].workspace},), torch.float32, device, poison)")
+        calls = []
         for gk in step:
             args = []
             for a in gk.args:
@@ -135,20 +141,28 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
                 if a.strides:
                     args.append(f"*{buf[a.node]}.stride()")
             if gk.workspace:
-                args.append("ws")
+                args.append(f"ws{i}")
             meta = [f"{c}={v}" for c, v in gk.constexprs.items()]
             meta += [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
-            run.append(f"    {gk.name}[{gk.grid!r}]({', '.join(args + meta)})")
+            calls.append(f"{gk.name}[{gk.grid!r}]({', '.join(args + meta)})")
+        body += [f"    {c}" for c in calls]
+        launches.append(calls)
         kernels.extend(step)
-    run.append(f"    return [{', '.join(buf[o] for o in g.outputs)}]")
+    outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
+    run = ["def run(*inputs, poison=False):", *head, *body, f"    return {outputs}"]
+    steps = ["def steps(*inputs, poison=False):",
+             '    """Run the plan once, then return (one callable per plan kernel, outputs) over its buffers."""',
+             *head, *body]
+    for i, calls in enumerate(launches):
+        steps.append("")
+        steps.append(f"    def step_{i}():")
+        steps += [f"        {c}" for c in calls] or ["        pass"]
+    steps.append(f"    return [{', '.join(f'step_{i}' for i in range(len(launches)))}], {outputs}")
     parts = [f"# Generated by fusionsearch for graph {g.signature_hash()}: {len(kernels)} Triton kernels, "
              f"{len(externs)} extern calls.", "# Standalone: needs torch and triton only.", PRELUDE]
     if externs:
         parts.append(EXTERN_LOADER)
     parts += ["\n" + gk.source for gk in kernels]
     parts.append("\n" + "\n".join(run) + "\n")
+    parts.append("\n" + "\n".join(steps) + "\n")
     return PlanModule("\n".join(parts), kernels, externs)
-
-
-def tensor_dtype(dtype: torch.dtype) -> str:
-    return f"torch.{dtype_name(dtype)}"
