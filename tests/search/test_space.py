@@ -1,0 +1,182 @@
+"""The candidate space: every fusion option it offers builds a legal plan that applies that option; the options
+each built-in workload needs are offered; tile configs fit the hardware with the default first; the seed plans
+reproduce the unfused and heuristic reference plans. No code is generated here."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pytest
+
+import fusionsearch as fs
+from fusionsearch.costmodel.analytic import fits
+from fusionsearch.graph import OpGraph
+from fusionsearch.search import plan as P
+from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel
+from fusionsearch.search.space import STANDALONE, Space, enumerate_space, seed_plans
+
+WORKLOADS = fs.list_workloads()
+
+
+def _space(g: OpGraph, max_configs: int = 48) -> Space:
+    return enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), max_configs)
+
+
+def _template(plan: Plan, mm: str) -> TemplateKernel:
+    (k,) = [k for k in plan.kernels if isinstance(k, TemplateKernel) and k.matmul == mm]
+    return k
+
+
+def _signature(plan: Plan) -> dict[str, Any]:
+    """What a plan fuses, independent of kernel order and of how standalone pointwise nodes are grouped."""
+    templates = {k.matmul: (frozenset(k.prologue_a), frozenset(k.prologue_b), frozenset(k.epilogue), k.config)
+                 for k in plan.kernels if isinstance(k, TemplateKernel)}
+    pointwise = frozenset(n for k in plan.kernels if isinstance(k, PointwiseKernel) for n in k.nodes)
+    extern = frozenset(k.node for k in plan.kernels if isinstance(k, ExternKernel))
+    return {"kinds": frozenset(k.kind for k in plan.kernels), "templates": templates, "pointwise": pointwise,
+            "extern": extern}
+
+
+@pytest.fixture(scope="module", params=WORKLOADS)
+def space(request: pytest.FixtureRequest) -> Space:
+    return _space(fs.workload(request.param))
+
+
+def test_every_builtin_workload_has_a_fusion_group_and_a_matmul(space: Space) -> None:
+    assert space.groups and space.matmuls
+    assert all(grp.options[0] == STANDALONE for grp in space.groups)
+    assert space.size() == math.prod(len(g.options) for g in space.groups) * math.prod(len(c) for c in space.configs)
+
+
+def test_every_group_option_builds_a_legal_plan_that_applies_it(space: Space) -> None:
+    g = space.graph
+    for grp in space.groups:
+        assert len(set(grp.options)) == len(grp.options), grp.options
+        for opt in grp.options:
+            plan = space.plan({f"{grp.key}.fusion": opt}).check()
+            covered = [n for k in plan.kernels for n in k.nodes]
+            assert sorted(covered) == sorted(n.name for n in g if n.op != "input")
+            if opt == STANDALONE:
+                (k,) = [k for k in plan.kernels if set(grp.nodes) & set(k.nodes)]
+                assert isinstance(k, PointwiseKernel) and set(k.nodes) == set(grp.nodes)
+                continue
+            parts = opt.split(":")
+            mm = space.matmuls[int(parts[1].removeprefix("mm"))]
+            k = _template(plan, mm)
+            fused = {"epilogue": k.epilogue} if parts[0] == "epilogue" else {"A": k.prologue_a, "B": k.prologue_b}
+            assert set(fused[parts[0] if parts[0] == "epilogue" else parts[2]]) == set(grp.nodes), (opt, k)
+
+
+def test_every_combination_of_group_options_is_legal_or_a_plan_error(space: Space) -> None:
+    for combo in itertools.product(*(grp.options for grp in space.groups)):
+        params = {f"{grp.key}.fusion": opt for grp, opt in zip(space.groups, combo, strict=True)}
+        try:
+            space.plan(params).check()
+        except fs.errors.PlanError:
+            pass
+
+
+def _options(name: str, **shape: int) -> tuple[Space, dict[str, tuple[str, ...]]]:
+    s = _space(fs.workload(name, **shape))
+    return s, {" ".join(grp.nodes): grp.options for grp in s.groups}
+
+
+def test_w8_dequant_offers_standalone_and_the_b_prologue() -> None:
+    s, opts = _options("w8_dequant_mm")
+    assert opts == {"w_dequant w_scaled": (STANDALONE, "prologue:mm0:B")}
+    assert s.matmuls == ("y",)
+
+
+def test_mm_bias_gelu_offers_the_epilogue() -> None:
+    _, opts = _options("mm_bias_gelu")
+    assert opts == {"y_bias out": (STANDALONE, "epilogue:mm0")}
+
+
+def test_gather_cast_and_scale_offer_the_a_prologue() -> None:
+    for name, nodes in (("gather_mm", "x_rows"), ("cast_mm", "x_cast"), ("scale_mm", "x_scaled")):
+        _, opts = _options(name)
+        assert opts == {nodes: (STANDALONE, "prologue:mm0:A")}, name
+
+
+def test_swiglu_group_offers_the_gate_epilogue_and_the_down_prologue() -> None:
+    s, opts = _options("swiglu")
+    (options,) = opts.values()
+    assert set(s.groups[0].nodes) == {"gate_silu", "hidden"}
+    assert f"epilogue:{s.mm_key('gate')}" in options
+    assert f"prologue:{s.mm_key('y')}:A" in options
+    # hidden reads both gate and up: the up matmul cannot host gate_silu, and no group feeds a B operand.
+    assert f"epilogue:{s.mm_key('up')}" not in options
+    assert not any(o.endswith(":B") for o in options)
+    assert set(options) == {STANDALONE, f"epilogue:{s.mm_key('gate')}", f"prologue:{s.mm_key('y')}:A"}
+
+
+def test_every_config_candidate_fits_and_the_default_comes_first(space: Space) -> None:
+    g = space.graph
+    assert len(space.configs) == len(space.matmuls)
+    for mm, cfgs in zip(space.matmuls, space.configs, strict=True):
+        assert cfgs, mm
+        assert cfgs[0] == P.default_config(g, mm)
+        assert len(set(cfgs)) == len(cfgs)
+        assert len(cfgs) <= 48
+        bad = [c.short() for c in cfgs if not fits(g, mm, c)]
+        assert not bad, f"{mm}: configs that do not fit: {bad}"
+        # Labels are the trial parameters: they must identify the config.
+        assert len({c.short() for c in cfgs}) == len(cfgs)
+
+
+@pytest.mark.parametrize("limit", [
+    pytest.param(2, marks=pytest.mark.xfail(strict=True, reason="config_candidates trims only when limit > 1 + "
+                                            "len(known_good): a smaller max_configs is ignored (full grid)")),
+    5, 12])
+def test_max_configs_caps_the_configs_per_matmul_keeping_the_default(limit: int) -> None:
+    g = fs.workload("swiglu")
+    s = _space(g, max_configs=limit)
+    for mm, cfgs in zip(s.matmuls, s.configs, strict=True):
+        assert cfgs[0] == P.default_config(g, mm)
+        assert len(cfgs) == limit, (mm, len(cfgs))
+
+
+@pytest.mark.xfail(strict=True, reason="default_config picks block_k=128 for small M regardless of K, and "
+                   "config_candidates puts the default first without asking fits (K=64: block_k > padded K)")
+def test_the_default_config_fits_a_small_k_problem() -> None:
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
+    s = _space(g)
+    assert all(fits(g, "y", c) for c in s.configs[0])
+
+
+def test_seed_plans_reproduce_the_unfused_and_heuristic_plans(space: Space) -> None:
+    g = space.graph
+    seeds = seed_plans(space)
+    assert len({tuple(sorted(s.items())) for s in seeds}) == len(seeds), "duplicate seeds"
+    labels = [f"{grp.key}.fusion" for grp in space.groups] + [f"mm{i}.config" for i in range(len(space.matmuls))]
+    for s in seeds:
+        assert set(s) == set(labels)
+        for grp in space.groups:
+            assert s[f"{grp.key}.fusion"] in grp.options
+        for i, cfgs in enumerate(space.configs):
+            assert s[f"mm{i}.config"] in {c.short() for c in cfgs}
+    signatures = [_signature(space.plan(s).check()) for s in seeds]
+    for ref in (P.unfused(g), P.heuristic(g)):
+        assert _signature(ref) in signatures, f"no seed reproduces\n{ref.describe()}"
+    # The first seed is the unfused plan at the default configs.
+    assert signatures[0] == _signature(P.unfused(g))
+
+
+def test_the_heuristic_seed_fuses_what_the_bytes_rule_allows() -> None:
+    for name, fused in (("w8_dequant_mm", True), ("gather_mm", True), ("mm_bias_gelu", True),
+                        ("cast_mm", False), ("scale_mm", True)):
+        s = _space(fs.workload(name))
+        options = {p["g0.fusion"] for p in seed_plans(s)}
+        assert (options != {STANDALONE}) == fused, (name, options)
+
+
+def test_space_plan_of_unknown_config_label_falls_back_to_the_default() -> None:
+    g = fs.workload("mm_bias_gelu")
+    s = _space(g)
+    plan = s.plan({"g0.fusion": "epilogue:mm0", "mm0.config": "no such label"})
+    assert _template(plan, "y").config == P.default_config(g, "y")
+    assert _template(plan, "y").epilogue == ("y_bias", "out")
+    for cfg in s.configs[0][:5]:
+        assert _template(s.plan({"mm0.config": cfg.short()}), "y").config == cfg

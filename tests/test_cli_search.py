@@ -1,0 +1,154 @@
+"""`fusionsearch search` and `fusionsearch explain`: a search writes its plan, graph, module, report and result;
+explain reads them back; every user error exits 2 with one line on stderr, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fusionsearch as fs
+from fusionsearch.cli import main
+from fusionsearch.search.plan import Plan
+
+SEARCH = ["search", "mm_bias_gelu", "--shape", "M=16,K=64,N=64", "--trials", "6", "--backend", "model", "--quiet"]
+OUTPUTS = ("plan.json", "graph.json", "fusionsearch_plan.py", "report.md", "result.json")
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "o"
+    assert main([*SEARCH, "--out", str(out)]) == 0
+    return out
+
+
+def test_search_writes_every_output(searched: Path) -> None:
+    for name in OUTPUTS:
+        assert (searched / name).stat().st_size > 0, name
+    g = fs.load_graph(str(searched / "graph.json"))
+    assert g.signature_hash() == fs.workload("mm_bias_gelu", M=16, K=64, N=64).signature_hash()
+    plan = Plan.from_json((searched / "plan.json").read_text(), g)
+    result = json.loads((searched / "result.json").read_text())
+    assert result["best_plan"] == json.loads(plan.to_json())
+    assert len(result["trials"]) == 6 and result["backend"] == "model"
+    assert plan.describe() in (searched / "report.md").read_text()
+    # Only the outputs (and the report's optional PNG) land in --out; no temporary directory is left beside it.
+    assert set(os.listdir(searched)) - {"report_history.png", "externs.json"} == set(OUTPUTS)
+    assert os.listdir(searched.parent) == ["o"]
+
+
+def test_search_prints_the_explanation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(SEARCH) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("best plan:")
+    assert "kernel 0: template mm y" in out and "epilogue: y_bias, out fused" in out
+    assert "trials: 6 (" in out
+
+
+def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g = fs.load_graph(str(searched / "graph.json"))
+    plan = Plan.from_json((searched / "plan.json").read_text(), g)
+    for target in (searched, searched / "plan.json"):
+        assert main(["explain", str(target)]) == 0
+        out = capsys.readouterr().out
+        assert plan.describe() in out
+        assert "plan: predicted" in out and "kernel 0:" in out
+
+
+def _user_error(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.count("\n") == 1 and err.startswith("fusionsearch: error: "), err
+    assert "Traceback" not in err + captured.out
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (["nope_workload"], ("nope_workload", "built-in")),
+    (["mm_bias_gelu", "--shape", "M=abc"], ("M=abc",)),
+    (["mm_bias_gelu", "--shape", "M16"], ("M16",)),
+    (["mm_bias_gelu", "--shape", "Q=16"], ("Q",)),
+    (["mm_bias_gelu", "--shape", "M=16", "--backend", "nope"], ("nope",)),
+    (["mm_bias_gelu", "--shape", "M=16", "--sampler", "nope"], ("nope",)),
+    (["mm_bias_gelu", "--shape", "M=16", "--trials", "0"], ("trials",)),
+    (["mm_bias_gelu", "--storage", "not-a-url"], ("not a URL",)),
+    (["no/such/spec.json"], ("no such file",)),
+])
+def test_bad_search_input_is_a_one_line_error(extra: list[str], words: tuple[str, ...],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _user_error(["search", *extra, "--quiet"], capsys, *words)
+
+
+def test_a_malformed_spec_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"inputs": [')
+    _user_error(["search", str(bad), "--quiet"], capsys, "not valid JSON")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"inputs": 3}')
+    _user_error(["search", str(wrong), "--quiet"], capsys)
+    spec = tmp_path / "g.json"
+    fs.workload("mm_bias_gelu", M=16, K=64, N=64).save(str(spec))
+    _user_error(["search", str(spec), "--shape", "M=16", "--quiet"], capsys, "--shape")
+
+
+def test_a_spec_file_is_searched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "g.json"
+    fs.workload("w8_dequant_mm", M=16, K=64, N=64).save(str(spec))
+    assert main(["search", str(spec), "--trials", "4", "--backend", "model", "--quiet"]) == 0
+    assert "prologue B: w_dequant, w_scaled fused" in capsys.readouterr().out
+
+
+def test_a_non_empty_out_directory_is_refused_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "full"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    _user_error([*SEARCH, "--out", str(out)], capsys, "not empty")
+    assert os.listdir(out) == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["full"]
+
+
+def test_an_empty_out_directory_is_used(tmp_path: Path) -> None:
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert main([*SEARCH, "--out", str(out)]) == 0
+    assert all((out / name).exists() for name in OUTPUTS)
+
+
+def test_explain_of_a_missing_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _user_error(["explain", str(tmp_path / "nothing" / "plan.json")], capsys)
+    _user_error(["explain", str(tmp_path)], capsys)  # a directory without plan.json or graph.json
+
+
+def test_explain_of_a_plan_for_another_graph_is_a_one_line_error(searched: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other.json"
+    fs.workload("mm_bias_gelu", M=16, K=64, N=96).save(str(other))
+    _user_error(["explain", str(searched / "plan.json"), "--graph", str(other)], capsys, "different graph")
+    broken = tmp_path / "plan.json"
+    broken.write_text("{not json")
+    _user_error(["explain", str(broken), "--graph", str(searched / "graph.json")], capsys, "not valid JSON")
+
+
+def test_python_dash_m_search_in_the_interpreter() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "mm_bias_gelu", "--shape",
+                           "M=16,K=64,N=64", "--trials", "4", "--backend", "interpret", "--quiet"],
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "best plan" in proc.stdout
+    assert "backend interpret" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_out_in_a_directory_that_does_not_exist_yet(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "o"
+    assert main([*SEARCH, "--out", str(out)]) == 0
+    assert all((out / name).exists() for name in OUTPUTS)
+    assert os.listdir(out.parent) == ["o"]
