@@ -101,6 +101,32 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- costmodel train / evaluate: the learned cost model ------------------------------------------
+
+def _cmd_costmodel_train(args: argparse.Namespace) -> int:
+    from fusionsearch.costmodel.train import format_figures, train
+
+    hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter}
+    result = train(args.data, args.out, folds=args.folds, **hyper)
+    cv = result["cv"]
+    print(f"cross-validation, {cv['folds']} folds holding out whole graphs (plan rankings within each graph):")
+    print(format_figures(cv))
+    print(f"wrote {args.out} (trained on all {result['rows']} kernel rows of {result['graphs']} graphs)")
+    return 0
+
+
+def _cmd_costmodel_evaluate(args: argparse.Namespace) -> int:
+    from fusionsearch.costmodel.learned import load
+    from fusionsearch.costmodel.train import evaluate, format_figures
+
+    figures = evaluate(load(args.model), args.data)
+    print(format_figures(figures))
+    print("(graphs the model was trained on score optimistically; `costmodel train` prints held-out figures)")
+    return 0
+
+# ---- end costmodel train / evaluate ----------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusionsearch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +152,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan")
     p.add_argument("--graph", default=None, help="the graph spec (default: graph.json beside the plan)")
     p.set_defaults(func=_cmd_explain)
+    # ---- costmodel: collect / train / evaluate ----
+    cm = sub.add_parser("costmodel", help="collect kernel timings, train and evaluate the learned cost model")
+    cm_sub = cm.add_subparsers(dest="costmodel_command", required=True)
+    # `costmodel collect` (measuring plan kernels into a dataset) is added here, next to train and evaluate.
+    p = cm_sub.add_parser("train", help="train a model on a measurements dataset; prints held-out figures")
+    p.add_argument("data", help="measurements dataset (written by `costmodel collect`)")
+    p.add_argument("--out", required=True, help="model file to write (.skops)")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds, whole graphs held out (default 5)")
+    p.add_argument("--learning-rate", type=float, default=0.1, help="gradient boosting learning rate (default 0.1)")
+    p.add_argument("--max-iter", type=int, default=300, help="boosting iterations (default 300)")
+    p.set_defaults(func=_cmd_costmodel_train)
+    p = cm_sub.add_parser("evaluate", help="rank each graph's plans with a model and compare to the measurements")
+    p.add_argument("model", help="model file written by `costmodel train`")
+    p.add_argument("data", help="measurements dataset")
+    p.set_defaults(func=_cmd_costmodel_evaluate)
+    # ---- end costmodel ----
     return parser
 
 

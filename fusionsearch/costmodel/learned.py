@@ -1,0 +1,195 @@
+"""The learned cost model: a scikit-learn regressor of measured kernel time (µs) over the feature schema.
+
+It predicts log(time_us) as log(analytic roofline time) plus a gradient-boosted correction, so it keeps the
+analytic model's scaling across problem sizes and learns what the roofline misses (tile shapes, split-K,
+upcasts). Model files are skops archives: loading one never runs code from the file, and any type outside
+the short list a cost model holds refuses the file."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import skops.io
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.utils.validation import check_is_fitted
+
+from fusionsearch.costmodel.features import (
+    ANALYTIC_FEATURE,
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    plan_features,
+    to_matrix,
+)
+from fusionsearch.costmodel.hardware import Hardware
+from fusionsearch.errors import CostModelError
+from fusionsearch.search.plan import Plan
+
+__all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "LearnedCostModel", "load", "load_default", "plan_time_us"]
+
+FILE_FORMAT = "fusionsearch-costmodel"
+DEFAULT_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "datasets", "data", "costmodel.skops")
+
+# Beyond skops's built-in trusted types (builtins, numpy arrays, sklearn's loss objects), a saved model holds
+# only these; checked with skops.io.get_untrusted_types on files this module writes (scikit-learn 1.9).
+TRUSTED_TYPES = ["sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor"]
+
+_MIN_US = 1e-3  # floor of a time before its log is taken (µs)
+
+
+class LearnedCostModel(RegressorMixin, BaseEstimator):
+    """Predicts one kernel's time (µs) from its FEATURE_NAMES vector.
+
+    Hyperparameters are those of the wrapped HistGradientBoostingRegressor; `baseline=True` learns a
+    correction of the analytic roofline time (log ratio) instead of the log time itself.
+
+    >>> import numpy as np
+    >>> from fusionsearch.costmodel.features import FEATURE_NAMES
+    >>> X = np.random.default_rng(0).uniform(1, 10, size=(64, len(FEATURE_NAMES)))
+    >>> model = LearnedCostModel(max_iter=20, baseline=False).fit(X, np.full(64, 5.0))
+    >>> bool(np.allclose(model.predict(X[:2]), 5.0))
+    True
+    """
+
+    def __init__(self, learning_rate: float = 0.1, max_iter: int = 300, max_leaf_nodes: int = 31,
+                 min_samples_leaf: int = 10, l2_regularization: float = 0.0, baseline: bool = True,
+                 random_state: int = 0) -> None:
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_samples_leaf = min_samples_leaf
+        self.l2_regularization = l2_regularization
+        self.baseline = baseline
+        self.random_state = random_state
+
+    # ---- fitting and predicting ----------------------------------------------------------------
+    def fit(self, X: Any, y: Any, hardware: Hardware | dict[str, Any] | None = None) -> LearnedCostModel:
+        """Fit on feature rows `X` (FEATURE_NAMES columns) and measured kernel times `y` (µs); returns self.
+
+        `hardware` names the GPU the times were measured on (else what `set_hardware` set, if anything)."""
+        X = self._check_X(X)
+        y = np.asarray(y, dtype=np.float64).ravel()
+        if len(y) != len(X):
+            raise CostModelError(f"{len(X)} feature rows but {len(y)} times; pass one time (µs) per row")
+        if len(y) == 0 or not np.all(np.isfinite(y)) or np.any(y <= 0):
+            raise CostModelError("kernel times must be positive, finite numbers of µs (and at least one given)")
+        self.model_ = HistGradientBoostingRegressor(
+            learning_rate=self.learning_rate, max_iter=self.max_iter, max_leaf_nodes=self.max_leaf_nodes,
+            min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
+            early_stopping=False, random_state=self.random_state)
+        self.model_.fit(X, np.log(y) - self._offset(X))
+        self.schema_version_ = FEATURE_SCHEMA_VERSION
+        self.feature_names_ = list(FEATURE_NAMES)
+        self.n_features_in_ = len(FEATURE_NAMES)
+        if hardware is not None:
+            self.set_hardware(hardware)
+        elif not hasattr(self, "hardware_"):
+            self.hardware_: dict[str, Any] | None = None
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted kernel times (µs), one per feature row."""
+        check_is_fitted(self, "model_")
+        X = self._check_X(X)
+        return np.exp(self.model_.predict(X) + self._offset(X))
+
+    def set_hardware(self, hardware: Hardware | dict[str, Any]) -> LearnedCostModel:
+        """Record the GPU the training times come from (a Hardware or its `to_dict()`); returns self."""
+        record = hardware.to_dict() if isinstance(hardware, Hardware) else dict(hardware)
+        if not isinstance(record.get("name"), str):
+            raise CostModelError("hardware must be a Hardware or its to_dict() record (with a 'name')")
+        self.hardware_ = record
+        return self
+
+    def _offset(self, X: np.ndarray) -> np.ndarray:
+        if not self.baseline:
+            return np.zeros(len(X))
+        return np.log(np.maximum(X[:, FEATURE_NAMES.index(ANALYTIC_FEATURE)], _MIN_US))
+
+    @staticmethod
+    def _check_X(X: Any) -> np.ndarray:
+        try:
+            X = np.asarray(X, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise CostModelError("features must be numbers; build them with costmodel.features.to_matrix") from None
+        if X.ndim != 2 or X.shape[1] != len(FEATURE_NAMES):
+            raise CostModelError(f"features must be a 2-D array with {len(FEATURE_NAMES)} columns (FEATURE_NAMES, "
+                                 f"schema v{FEATURE_SCHEMA_VERSION}), got shape {X.shape}")
+        return X
+
+    # ---- files ---------------------------------------------------------------------------------
+    def save(self, path: str) -> str:
+        """Write the fitted model to `path` as a skops archive (no pickle); returns the path."""
+        check_is_fitted(self, "model_")
+        record = {"format": FILE_FORMAT, "schema_version": int(self.schema_version_),
+                  "feature_names": list(self.feature_names_), "hardware": self.hardware_,
+                  "params": self.get_params(), "model": self.model_}
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        skops.io.dump(record, tmp)
+        os.replace(tmp, path)
+        return path
+
+
+def load(path: str) -> LearnedCostModel:
+    """Read a model written by `LearnedCostModel.save`. A CostModelError says why a file is refused: missing,
+    not a model, holding types a model never holds, or made for another feature schema."""
+    if not os.path.isfile(path):
+        raise CostModelError(f"{path}: no such model file")
+    try:
+        untrusted = skops.io.get_untrusted_types(file=path)
+    except Exception:  # skops raises zipfile, JSON and key errors alike on files it did not write
+        raise CostModelError(f"{path}: not a cost model file (not a skops archive)") from None
+    unexpected = sorted(set(untrusted) - set(TRUSTED_TYPES))
+    if unexpected:
+        raise CostModelError(f"{path}: refused, it holds types a cost model never holds ({', '.join(unexpected)})")
+    try:
+        record = skops.io.load(path, trusted=TRUSTED_TYPES)
+    except Exception as e:
+        raise CostModelError(f"{path}: not a readable cost model file ({type(e).__name__})") from None
+    if not isinstance(record, dict) or record.get("format") != FILE_FORMAT:
+        raise CostModelError(f"{path}: not a fusionsearch cost model (a skops file of something else)")
+    if record.get("schema_version") != FEATURE_SCHEMA_VERSION:
+        raise CostModelError(f"{path}: made for feature schema v{record.get('schema_version')}, this fusionsearch "
+                             f"computes v{FEATURE_SCHEMA_VERSION}; retrain it with `fusionsearch costmodel train`")
+    if record.get("feature_names") != list(FEATURE_NAMES):
+        raise CostModelError(f"{path}: its feature names differ from this fusionsearch's schema "
+                             f"v{FEATURE_SCHEMA_VERSION}; retrain it with `fusionsearch costmodel train`")
+    params, inner = record.get("params"), record.get("model")
+    if not isinstance(params, dict) or not isinstance(inner, HistGradientBoostingRegressor):
+        raise CostModelError(f"{path}: not a fusionsearch cost model (its parameters or regressor are missing)")
+    try:
+        model = LearnedCostModel(**params)
+    except TypeError:
+        raise CostModelError(f"{path}: its hyperparameters {sorted(params)} do not fit this fusionsearch") from None
+    model.model_ = inner
+    model.schema_version_ = FEATURE_SCHEMA_VERSION
+    model.feature_names_ = list(FEATURE_NAMES)
+    model.n_features_in_ = len(FEATURE_NAMES)
+    hardware = record.get("hardware")
+    model.hardware_ = dict(hardware) if isinstance(hardware, dict) else None
+    return model
+
+
+def load_default(path: str = DEFAULT_MODEL_PATH) -> LearnedCostModel | None:
+    """The shipped model when it was trained on this device (same GPU name as `Hardware.detect()`); None
+    when there is none or it is for another GPU, or cannot be used (with a warning)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        model = load(path)
+    except CostModelError as e:
+        warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=2)
+        return None
+    if not model.hardware_ or model.hardware_.get("name") != Hardware.detect().name:
+        return None
+    return model
+
+
+def plan_time_us(model: LearnedCostModel, plan: Plan, hw: Hardware) -> float:
+    """A plan's predicted time (µs): the sum of its kernels' predictions."""
+    return float(model.predict(to_matrix(plan_features(plan, hw))).sum())
