@@ -64,6 +64,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     res = run_study(g, opts)
     print(res.explain())
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # --out a/b/new: make a/b
         tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=os.path.dirname(os.path.abspath(args.out)))
         try:
             res.export(tmp)

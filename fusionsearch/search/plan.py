@@ -401,7 +401,8 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
     batch = math.prod(node.shape[:-2]) if node.op == "bmm" else 1
     k = g.node(template_operands(g, mm)["A"]).shape[-1]
     if m >= 1024 and n >= 1024:
-        return TileConfig(block_m=128, block_n=128, block_k=64, group_m=8, split_k=1, num_warps=8, num_stages=3)
+        return TileConfig(block_m=128, block_n=128, block_k=min(64, _padded(k)), group_m=8, split_k=1, num_warps=8,
+                          num_stages=3)
     bm = 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
     bn = 64 if n <= 64 else 128
     bk = 128 if m <= 64 else 64
@@ -410,7 +411,15 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
     split = 1
     while tiles * split * 2 <= 2 * multiprocessors and split * 2 <= max(1, k_tiles // 4) and split < 16:
         split *= 2
+    bn, bk = min(bn, _padded(n)), min(bk, _padded(k))
+    k_tiles = math.ceil(k / bk)
+    split = min(split, max(1, k_tiles // 2))
     return TileConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, split_k=split, num_warps=4, num_stages=4)
+
+
+def _padded(v: int) -> int:
+    """The size rounded up to a power of two, at least 16 (tl.dot's minimum block)."""
+    return max(16, 1 << (max(v, 1) - 1).bit_length())
 
 
 def unfused(g: OpGraph) -> Plan:

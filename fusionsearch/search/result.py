@@ -106,6 +106,7 @@ class TuneResult:
                  f"- best: {self.best_us:.2f} us", f"- trials: {len(self.trials)} {self.counts()}", "",
                  "## Best plan", "", "```", self.best.describe(), "```", "", "## Explain", "", "```",
                  self.explain(), "```", ""]
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the PNG is written first
         png = _plot_history(self, os.path.splitext(path)[0] + "_history.png")
         if png:
             lines += [f"![history]({os.path.basename(png)})", ""]
@@ -114,7 +115,6 @@ class TuneResult:
             fmt = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
             lines.append(f"| {t.number} | {t.status} | {fmt(t.predicted_us)} | {fmt(t.value_us)} | "
                          f"{t.reason.replace('|', '/')[:120]} |")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         return path

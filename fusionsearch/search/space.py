@@ -133,7 +133,8 @@ def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48)
     splits = [1, 2, 4, 8, 16] if small else [1]
     warps_stages = [(4, 3), (4, 4), (8, 3)] if not small else [(4, 3), (4, 4), (2, 4)]
     default = default_config(g, mm)
-    out = [default] + [c for c in known_good(g, mm) if fits is None or fits(g, mm, c)]  # type: ignore[operator]
+    known = [c for c in known_good(g, mm) if fits is None or fits(g, mm, c)]  # type: ignore[operator]
+    out = [default, *known]
 
     def padded(v: int) -> int:
         return max(16, 1 << (max(v, 1) - 1).bit_length())
@@ -145,13 +146,14 @@ def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48)
         if cfg in out or (fits is not None and not fits(g, mm, cfg)):  # type: ignore[operator]
             continue
         out.append(cfg)
-    fixed = 1 + len(known_good(g, mm))
-    if len(out) > limit > fixed:
-        # Keep the default and known-good configs, and an even spread over the rest of the grid.
+    out = list(dict.fromkeys(out))
+    fixed = min(limit, len(dict.fromkeys([default, *known])))
+    if len(out) > limit:
+        # Keep the default and the known-good configs, and an even spread over the rest of the grid.
         rest = out[fixed:]
-        step = len(rest) / (limit - fixed)
+        step = len(rest) / (limit - fixed) if limit > fixed else 0
         out = out[:fixed] + [rest[int(i * step)] for i in range(limit - fixed)]
-    return tuple(dict.fromkeys(out))
+    return tuple(out)
 
 
 def known_good(g: OpGraph, mm: str) -> tuple[TileConfig, ...]:

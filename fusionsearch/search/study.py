@@ -43,13 +43,14 @@ class SearchOptions:
     max_configs: int = 48
     progress: bool = False
     compile_workers: int | None = None  # gpu backend: parallel compile processes (None: cores - 1, 0: none)
+    heartbeat_s: int = 10  # RDB storages: a worker silent for 3 heartbeats has its trial failed and retried
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.sampler not in SAMPLERS:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
-        if not isinstance(self.trials, int) or self.trials < 1:
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
 
 
@@ -61,8 +62,11 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def make_storage(url: str | None) -> Any:
-    """In memory when None; 'journal:PATH' for a journal file; any RDB URL (sqlite:///, postgresql://)."""
+def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
+    """In memory when None; 'journal:PATH' for a journal file; any RDB URL (sqlite:///, postgresql://).
+
+    RDB storages get a heartbeat: a trial whose worker stops beating for 3 heartbeats (killed, machine lost)
+    is failed and retried once as a new waiting trial."""
     if url is None:
         return None
     if url.startswith("journal:"):
@@ -75,9 +79,10 @@ def make_storage(url: str | None) -> Any:
                         "or journal:file.log")
     for attempt in range(5):
         try:
-            if url.startswith("sqlite"):
-                return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-            return optuna.storages.RDBStorage(url)
+            kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if url.startswith("sqlite") else {}
+            retry = optuna.storages.RetryFailedTrialCallback(max_retry=1)
+            return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
+                                              heartbeat_stale_trial_callback=retry, **kwargs)
         except Exception as e:  # a bad URL or unreachable server is the user's to fix
             if url.startswith("sqlite") and attempt < 4:
                 time.sleep(0.5)  # another worker is creating the schema at this moment
@@ -96,9 +101,22 @@ def redact(url: str) -> str:
     return url
 
 
+class _BruteForce(optuna.samplers.BruteForceSampler):
+    """Exhaustive search that records exhaustion instead of calling study.stop(), which only works inside
+    study.optimize(); the claim loop stops on `exhausted`."""
+
+    exhausted = False
+
+    def after_trial(self, study: optuna.Study, trial: Any, state: Any, values: Any) -> None:
+        try:
+            super().after_trial(study, trial, state, values)
+        except RuntimeError:
+            self.exhausted = True
+
+
 def _sampler(options: SearchOptions, space: Space) -> optuna.samplers.BaseSampler:
     if options.sampler == "brute":
-        return optuna.samplers.BruteForceSampler(seed=options.seed)
+        return _BruteForce(seed=options.seed)
     if options.sampler == "random":
         return optuna.samplers.RandomSampler(seed=options.seed)
     return optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True, n_startup_trials=8)
@@ -248,7 +266,7 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    storage = make_storage(options.storage) or optuna.storages.InMemoryStorage()
+    storage = make_storage(options.storage, options.heartbeat_s) or optuna.storages.InMemoryStorage()
     name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
     study = _open_study(name, storage, _sampler(options, space), options.trials, seed_plans(space))
     objective = Objective(graph, space, options, backend, inputs, hw)
@@ -354,15 +372,30 @@ def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: flo
     are claimed in batches: the plans that survive pruning compile in parallel, then are measured in turn."""
     study_id = storage.get_study_id_from_name(study.study_name)
     batch_size = pool.workers if pool is not None else 1
+    heartbeat = getattr(storage, "heartbeat_interval", None)
+    waiting_since: float | None = None
     while deadline is None or time.time() < deadline:
-        batch = []
+        if getattr(study.sampler, "exhausted", False):
+            return
+        if heartbeat:
+            optuna.storages.fail_stale_trials(study)  # retries the trials of workers that died
+        batch, beats = [], {}
         for _ in range(batch_size):
             trial_id = _claim(storage, study_id, lock_path)
             if trial_id is None:
                 break
-            batch.append(optuna.trial.Trial(study, trial_id))
+            trial = optuna.trial.Trial(study, trial_id)
+            beats[trial.number] = _Heartbeat(storage if heartbeat else None, trial_id, heartbeat or 0)
+            beats[trial.number].__enter__()  # from the claim on: a worker killed while preparing is noticed too
+            batch.append(trial)
         if not batch:
+            running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if heartbeat and running and time.time() < (waiting_since := waiting_since or time.time()) + 4 * (
+                    getattr(storage, "grace_period", None) or 3 * heartbeat):
+                time.sleep(min(heartbeat, 1.0))  # another worker's trial: done soon, or stale and retried
+                continue
             return
+        waiting_since = None
         prepared: list[tuple[optuna.Trial, Plan | None, Any]] = []
         for trial in batch:
             try:
@@ -374,9 +407,40 @@ def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: flo
                                                                        [p.to_json() for _, p in survivors]),
                             strict=True)) if pool is not None else {}
         for trial, plan, error in prepared:
-            frozen = _finish(study, objective, trial, plan, error, failures.get(trial.number, ""))
+            try:
+                frozen = _finish(study, objective, trial, plan, error, failures.get(trial.number, ""))
+            finally:
+                beats[trial.number].__exit__()
             if bar:
                 bar.callback(study, frozen)
+
+
+class _Heartbeat:
+    """Record the running trial's heartbeat every `interval` seconds from a background thread."""
+
+    def __init__(self, storage: Any, trial_id: int, interval: float) -> None:
+        import threading
+
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True) if storage is not None else None
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.interval):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # a finished trial or a transient database error: the next beat retries
+                pass
+
+    def __enter__(self) -> None:
+        if self.thread is not None:
+            self.storage.record_heartbeat(self.trial_id)
+            self.thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
 
 
 def _finish(study: optuna.Study, objective: Objective, trial: optuna.Trial, plan: Plan | None,
