@@ -102,7 +102,16 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- costmodel train / evaluate: the learned cost model ------------------------------------------
+# ---- costmodel collect / train / evaluate: the learned cost model ----------------------------------
+
+def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
+    from fusionsearch.costmodel.collect import CollectOptions, collect
+
+    counts = collect(args.out, CollectOptions(graphs=args.graphs, plans_per_graph=args.plans_per_graph,
+                                              seed=args.seed, progress=not args.quiet))
+    print(f"appended to {args.out}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing new")
+    return 0
+
 
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
@@ -156,7 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     # ---- costmodel: collect / train / evaluate ----
     cm = sub.add_parser("costmodel", help="collect kernel timings, train and evaluate the learned cost model")
     cm_sub = cm.add_subparsers(dest="costmodel_command", required=True)
-    # `costmodel collect` (measuring plan kernels into a dataset) is added here, next to train and evaluate.
+    p = cm_sub.add_parser("collect", help="measure sampled plans of random graphs on the GPU into a dataset")
+    p.add_argument("--graphs", type=int, default=100, help="random graphs to measure (default 100)")
+    p.add_argument("--plans-per-graph", type=int, default=12, help="plans sampled per graph (default 12)")
+    p.add_argument("--seed", type=int, default=0, help="first random graph's seed")
+    p.add_argument("--out", required=True, help="dataset file (appended; a killed run resumes where it stopped)")
+    p.add_argument("--quiet", action="store_true", help="no per-graph progress lines")
+    p.set_defaults(func=_cmd_costmodel_collect)
     p = cm_sub.add_parser("train", help="train a model on a measurements dataset; prints held-out figures")
     p.add_argument("data", help="measurements dataset (written by `costmodel collect`)")
     p.add_argument("--out", required=True, help="model file to write (.skops)")

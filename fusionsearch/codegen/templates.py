@@ -60,9 +60,16 @@ def _operand_index(g: OpGraph, mm: str, side: str, t: _Tile) -> tuple[Idx, ...]:
     if node.op == "linear":
         if side == "B":
             return (t.n_col, t.k_row)  # weight [N, K]
-        lead = g.node(node.inputs[0]).shape[:-1]
-        return (*_reshape_index((math.prod(lead),), lead, (t.m_row,)), t.k_col)
+        return (*_rows(g.node(node.inputs[0]).shape[:-1], t), t.k_col)
     return (t.m_row, t.k_col) if side == "A" else (t.k_row, t.n_col)
+
+
+def _rows(lead: tuple[int, ...], t: _Tile) -> tuple[Idx, ...]:
+    """The leading dims of a linear's input/output as a split of the tile's row index; with a single row
+    (all sizes 1) the row index stays on the last dim, so the tile keeps its BLOCK_M rows and its mask."""
+    if math.prod(lead) == 1:
+        return (*[Idx("0")] * (len(lead) - 1), t.m_row)
+    return _reshape_index((math.prod(lead),), lead, (t.m_row,))
 
 
 def _output_index(g: OpGraph, mm: str, t: _Tile) -> tuple[Idx, ...]:
@@ -70,8 +77,7 @@ def _output_index(g: OpGraph, mm: str, t: _Tile) -> tuple[Idx, ...]:
     if node.op == "bmm":
         return (t.b, t.m_row, t.n_col)
     if node.op == "linear":
-        lead = node.shape[:-1]
-        return (*_reshape_index((math.prod(lead),), lead, (t.m_row,)), t.n_col)
+        return (*_rows(node.shape[:-1], t), t.n_col)
     return (t.m_row, t.n_col)
 
 

@@ -206,7 +206,9 @@ class OpGraph:
     # ---- comparing and saving ------------------------------------------------------------------
     def signature(self) -> str:
         """A name-independent description (ops, attrs, shapes, dtypes, edges), equal for isomorphic builds."""
-        order = self.topo_order()
+        # Inputs first, then the ops in topological order: the order of the JSON spec, so a graph and its
+        # round trip through a spec have one signature whatever order the inputs were added in.
+        order = self.inputs + [n for n in self.topo_order() if self.node(n).op != "input"]
         index = {n: i for i, n in enumerate(order)}
         rows = []
         for n in order:

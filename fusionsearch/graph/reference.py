@@ -86,8 +86,11 @@ def _positive_inputs(g: OpGraph) -> set[str]:
 
 def random_inputs(g: OpGraph, seed: int = 0, device: str | torch.device = "cpu") -> list[torch.Tensor]:
     """Valid, realistic inputs: floats ~N(0,1) (positive where the graph takes a log, root or quotient),
-    int8 over its full range, gather indices uniform over the rows they index (never all zeros)."""
-    gen = torch.Generator().manual_seed(seed)
+    int8 over its full range, gather indices uniform over the rows they index (never all zeros).
+    Drawn on `device` itself (a GPU draws a gigabyte in milliseconds); deterministic per seed and device."""
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    kw = {"generator": gen, "device": device}
     bounds = index_bounds(g)
     positive = _positive_inputs(g)
     out = []
@@ -97,19 +100,25 @@ def random_inputs(g: OpGraph, seed: int = 0, device: str | torch.device = "cpu")
         if name in bounds:
             if bounds[name] <= 0:
                 raise GraphError(f"input {name!r} indexes an empty table; give the table at least one row")
-            t = torch.randint(0, bounds[name], shape, generator=gen, dtype=torch.int64).to(dt)
+            t = torch.randint(0, bounds[name], shape, dtype=torch.int64, **kw).to(dt)
         elif dt.is_floating_point:
-            t = torch.rand(shape, generator=gen) + 0.5 if name in positive else torch.randn(shape, generator=gen)
+            t = torch.rand(shape, **kw) + 0.5 if name in positive else torch.randn(shape, **kw)
             t = t.to(dt)
         elif dt == torch.bool:
-            t = torch.rand(shape, generator=gen) < 0.5
+            t = torch.rand(shape, **kw) < 0.5
         else:
             info = torch.iinfo(dt)
             lo, hi = (info.min, info.max + 1) if dt in (torch.int8, torch.uint8) else (-100, 101)
-            t = torch.randint(lo, hi, shape, generator=gen, dtype=torch.int64).to(dt)
-        t = _with_strides(t, node.strides)
-        out.append(t.to(device))
+            t = torch.randint(lo, hi, shape, dtype=torch.int64, **kw).to(dt)
+        out.append(_with_strides(t, node.strides))
     return out
+
+
+def zero_inputs(g: OpGraph, device: str | torch.device = "cpu") -> list[torch.Tensor]:
+    """Zeros with the graph's shapes, dtypes and strides (index 0 is always in range): enough to compile
+    and launch a plan, at no cost to draw."""
+    return [_with_strides(torch.zeros(g.node(n).shape, dtype=g.node(n).dtype, device=device), g.node(n).strides)
+            for n in g.inputs]
 
 
 def _with_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
@@ -119,7 +128,7 @@ def _with_strides(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     if any(s == 0 for s in strides):  # a broadcast input: keep it dense, the values are the same
         return t
     storage = sum((s - 1) * st for s, st in zip(t.shape, strides, strict=True)) + 1
-    buf = torch.empty(storage, dtype=t.dtype)
+    buf = torch.empty(storage, dtype=t.dtype, device=t.device)
     view = buf.as_strided(t.shape, strides)
     view.copy_(t)
     return view

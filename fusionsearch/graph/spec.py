@@ -15,7 +15,7 @@ SPEC_VERSION = 1
 def graph_to_dict(g: OpGraph) -> dict[str, Any]:
     """The spec of `g`: inputs (name, shape, dtype, strides), nodes in topological order, outputs."""
     inputs, nodes = [], []
-    for node in g:
+    for node in [g.node(n) for n in g.inputs] + [n for n in g if n.op != "input"]:
         if node.op == "input":
             inputs.append({"name": node.name, "shape": list(node.shape), "dtype": dtype_name(node.dtype),
                            "strides": list(node.strides)})

@@ -18,13 +18,13 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
     try:
         import torch
 
-        from fusionsearch.graph.reference import random_inputs
+        from fusionsearch.graph.reference import zero_inputs
         from fusionsearch.graph.spec import graph_from_dict
         from fusionsearch.search.plan import Plan
 
         g = graph_from_dict(spec)
         plan = Plan.from_json(plan_json, g)
-        inputs = random_inputs(g, seed=0, device=device)
+        inputs = zero_inputs(g, device=device)
         plan.compile()(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()

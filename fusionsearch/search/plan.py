@@ -401,8 +401,9 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
     batch = math.prod(node.shape[:-2]) if node.op == "bmm" else 1
     k = g.node(template_operands(g, mm)["A"]).shape[-1]
     if m >= 1024 and n >= 1024:
-        return TileConfig(block_m=128, block_n=128, block_k=min(64, _padded(k)), group_m=8, split_k=1, num_warps=8,
-                          num_stages=3)
+        elem = g.node(template_operands(g, mm)["A"]).nbytes // max(1, g.node(template_operands(g, mm)["A"]).numel)
+        bk = min(64 if elem <= 2 else 32, _padded(k))
+        return TileConfig(block_m=128, block_n=128, block_k=bk, group_m=8, split_k=1, num_warps=8, num_stages=3)
     bm = 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
     bn = 64 if n <= 64 else 128
     bk = 128 if m <= 64 else 64
@@ -414,7 +415,16 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
     bn, bk = min(bn, _padded(n)), min(bk, _padded(k))
     k_tiles = math.ceil(k / bk)
     split = min(split, max(1, k_tiles // 2))
-    return TileConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, split_k=split, num_warps=4, num_stages=4)
+    stages = 4
+    elem = g.node(template_operands(g, mm)["A"]).nbytes // max(1, g.node(template_operands(g, mm)["A"]).numel)
+    while stages > 2 and stages * (bm * bk + bk * bn) * elem > _SMEM_BUDGET:
+        stages -= 1  # fp32 operands: fewer stages keep the pipeline inside shared memory
+    while bk > 32 and stages * (bm * bk + bk * bn) * elem > _SMEM_BUDGET:
+        bk //= 2
+    return TileConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, split_k=split, num_warps=4, num_stages=stages)
+
+
+_SMEM_BUDGET = 200 * 1024  # bytes of shared memory a default config may use (H100/H200 allow 227 KiB)
 
 
 def _padded(v: int) -> int:

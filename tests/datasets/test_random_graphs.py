@@ -197,11 +197,13 @@ def test_reference_plans_validate_in_the_interpreter(seed: int) -> None:
         assert v.ok, f"seed {seed}, {make.__name__}: {v.reason}\n{g.describe()}\n{plan.describe()}"
 
 
-@pytest.mark.xfail(strict=True, reason="codegen: linear over x [1, 1, K] (every leading dim 1) loads a [1, BLOCK_K] "
-                                       "A tile and stores a [1, BLOCK_N] output: _reshape_index maps size-1 dims "
-                                       "to 0 and drops the row dimension and mask_m")
-def test_linear_over_unit_leading_dims_validates() -> None:
+@pytest.mark.parametrize("lead", [(1, 1), (1, 1, 1), (2, 1), (1, 3), (1,)])
+def test_linear_over_unit_leading_dims_validates(lead: tuple[int, ...]) -> None:
+    # All-1 leading dims once lost the tile's row index (a [1, BLOCK_K] A tile).
     g = OpGraph()
-    x, w = g.input("x", (1, 1, 8), torch.float32), g.input("w", (5, 8), torch.float32)
-    g.set_outputs([g.add("linear", [x, w], name="y")])
-    assert validate(P.unfused(g)).ok
+    x, w = g.input("x", (*lead, 8), torch.float32), g.input("w", (5, 8), torch.float32)
+    b = g.input("b", (5,), torch.float32)
+    y = g.add("linear", [x, w, b], name="y")
+    g.set_outputs([g.add("relu", [y], name="z")])
+    for make in (P.unfused, P.fully_fused):
+        assert validate(make(g)).ok

@@ -1,0 +1,162 @@
+"""Collecting measurements for the learned cost model: random graphs, sampled plans and tile configs, each
+plan validated and each of its kernels timed alone on the GPU, one dataset row per kernel.
+
+Compilation runs in parallel worker processes; rows are appended per graph (see datasets/measurements), so a
+killed collection loses at most the graph in flight and `collect` resumes by skipping measured plans."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fusionsearch.datasets.measurements import append_rows, read_rows
+from fusionsearch.errors import FusionSearchError, PlanError
+
+
+def hardware_signature() -> dict[str, str]:
+    """What a measurement depends on beyond the kernel: device, driver/CUDA, torch and triton versions."""
+    import triton
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"device": device, "cuda": str(torch.version.cuda), "torch": torch.__version__,
+            "triton": triton.__version__}
+
+
+def plan_id(plan: Any) -> str:
+    return hashlib.sha256(plan.to_json().encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """How much to collect: `graphs` random graphs from `seed`, `plans_per_graph` sampled plans each;
+    do_bench budgets per kernel in ms (short: thousands of kernels are timed)."""
+
+    graphs: int = 100
+    plans_per_graph: int = 12
+    seed: int = 0
+    warmup_ms: int = 5
+    rep_ms: int = 25
+    compile_workers: int | None = None
+    progress: bool = True
+    device: str = "cuda"  # "cpu" runs the pipeline in Triton's interpreter with wall-clock times: for tests only
+    shape_scale: str = "real"
+    dtypes: tuple[str, ...] | None = None  # None: the generator's bf16/fp16/fp32 mix
+
+
+def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
+    """Up to n distinct legal plans: the reference plans, then random fusion options and tile configs."""
+    from fusionsearch.costmodel.analytic import fits
+    from fusionsearch.search.plan import fully_fused, heuristic, unfused
+    from fusionsearch.search.space import enumerate_space
+
+    space = enumerate_space(g, lambda gr, mm, cfg: fits(gr, mm, cfg, hw))
+    plans: dict[str, Any] = {}
+    for make in (unfused, fully_fused, heuristic):
+        try:
+            p = make(g)
+            plans.setdefault(plan_id(p), p)
+        except PlanError:
+            pass
+    for _ in range(20 * n):
+        if len(plans) >= n:
+            break
+        params = {f"{grp.key}.fusion": rng.choice(grp.options) for grp in space.groups}
+        params |= {f"mm{i}.config": rng.choice(cfgs).short() for i, cfgs in enumerate(space.configs)}
+        try:
+            p = space.plan(params)
+        except PlanError:
+            continue
+        plans.setdefault(plan_id(p), p)
+    return list(plans.values())[:n]
+
+
+def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
+    """Measure options.graphs random graphs into `out_path` (appending, resuming); returns row counts by status."""
+    if options.device == "cuda" and not torch.cuda.is_available():
+        raise FusionSearchError("collect measures kernels on a GPU; none is visible here")
+    from fusionsearch.costmodel.features import FEATURE_SCHEMA_VERSION, kernel_features
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.datasets.random_graphs import random_graph
+    from fusionsearch.graph.reference import random_inputs, reference
+    from fusionsearch.graph.registry import dtype_from_name
+    from fusionsearch.measure.bench import time_callable
+    from fusionsearch.measure.isolate import CompilePool
+    from fusionsearch.measure.validate import validate
+
+    hw = Hardware.detect()
+    sig = hardware_signature()
+    done = {(r["graph_id"], r["plan_id"]) for r in read_rows(out_path)}
+    counts: dict[str, int] = {}
+    pool = CompilePool(options.compile_workers, device=options.device)
+    timer = time_callable if options.device == "cuda" else _wall_clock
+    start = time.time()
+    try:
+        for gi in range(options.graphs):
+            extra = {"dtypes": tuple(dtype_from_name(d) for d in options.dtypes)} if options.dtypes else {}
+            g = random_graph(options.seed + gi, shape_scale=options.shape_scale, **extra)
+            gid = g.signature_hash()
+            rng = random.Random(f"{options.seed}-{gi}")
+            plans = [p for p in sample_plans(g, options.plans_per_graph, rng, hw) if (gid, plan_id(p)) not in done]
+            if not plans:
+                continue
+            failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
+            inputs = random_inputs(g, seed=gi, device=options.device)
+            refs = reference(g, inputs, float64=True)
+            rows = []
+            for plan, failure in zip(plans, failures, strict=True):
+                rows += _measure_plan(g, gid, plan, failure, inputs, refs, hw, sig, options, FEATURE_SCHEMA_VERSION,
+                                      kernel_features, validate, timer)
+            append_rows(out_path, rows)
+            for r in rows:
+                counts[r["status"]] = counts.get(r["status"], 0) + 1
+            del inputs, refs
+            if options.device == "cuda":
+                torch.cuda.empty_cache()
+            if options.progress:
+                print(f"graph {gi + 1}/{options.graphs}: {len(plans)} plans, {len(rows)} rows; total {counts}; "
+                      f"{time.time() - start:.0f} s", file=sys.stderr, flush=True)
+    finally:
+        pool.close()
+    return counts
+
+
+def _wall_clock(fn: Any, warmup_ms: int = 0, rep_ms: int = 0) -> Any:
+    """One wall-clock run (µs): the CPU stand-in for do_bench, so tests can run the whole pipeline."""
+    from fusionsearch.measure.bench import Timing
+
+    t = time.perf_counter()
+    fn()
+    return Timing((time.perf_counter() - t) * 1e6)
+
+
+def _measure_plan(g: Any, gid: str, plan: Any, failure: str, inputs: Any, refs: Any, hw: Any, sig: dict[str, str],
+                  options: CollectOptions, schema: int, kernel_features: Any, validate: Any, time_callable: Any
+                  ) -> list[dict[str, Any]]:
+    """One row per kernel of the plan: status, measured µs (ok rows), features."""
+    pid = plan_id(plan)
+    base = {"graph_id": gid, "plan_id": pid, "schema_version": schema, "hardware": sig}
+    status, reason, times = "ok", "", [float("nan")] * len(plan.kernels)
+    if failure:
+        status, reason = ("timed_out" if "timed out" in failure else "compile_failed"), failure
+    else:
+        v = validate(plan, g, inputs, refs=refs)
+        if not v.ok:
+            status, reason = "invalid", v.reason
+        else:
+            try:
+                steps, _ = plan.compile().module.steps(*inputs)
+                times = [time_callable(s, options.warmup_ms, options.rep_ms).median_us for s in steps]
+            except Exception as e:  # a launch failure marks this plan, the collection goes on
+                status, reason = "compile_failed", f"{type(e).__name__}: {e}"[:300]
+    rows = []
+    for i in range(len(plan.kernels)):
+        rows.append({**base, "kernel_index": i, "kernel_kind": plan.kernels[i].kind, "status": status,
+                     "reason": reason, "time_us": times[i], "features": kernel_features(plan, i, hw)})
+    return rows
