@@ -1,0 +1,68 @@
+"""Collection: the whole pipeline in its CPU mode (interpreter, wall-clock times), resuming after a torn write."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fusionsearch.costmodel.collect import CollectOptions, collect
+from fusionsearch.costmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
+from fusionsearch.datasets.measurements import append_rows, read_rows
+from fusionsearch.errors import FusionSearchError
+
+OPTS = dict(plans_per_graph=3, device="cpu", shape_scale="small", compile_workers=1, dtypes=("float32",),
+            progress=False)
+
+
+def test_collect_writes_one_ok_row_per_kernel_with_features(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.jsonl.gz")
+    counts = collect(path, CollectOptions(graphs=2, **OPTS))
+    rows = read_rows(path)
+    assert counts == {"ok": len(rows)} and rows
+    for r in rows:
+        assert r["schema_version"] == FEATURE_SCHEMA_VERSION
+        assert set(r["features"]) == set(FEATURE_NAMES)
+        assert r["time_us"] > 0 and r["hardware"]["torch"]
+    by_plan: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        by_plan.setdefault((r["graph_id"], r["plan_id"]), []).append(r["kernel_index"])
+    assert all(sorted(v) == list(range(len(v))) for v in by_plan.values())  # every kernel of a plan, once
+    assert len({g for g, _ in by_plan}) == 2
+
+
+def test_a_killed_collection_leaves_a_readable_file_that_resumes(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.jsonl.gz")
+    collect(path, CollectOptions(graphs=2, **OPTS))
+    before = read_rows(path)
+    with open(path, "ab") as f:  # a batch torn by a kill in the middle of its write
+        f.write(b"\x1f\x8b\x08\x00partial-batch")
+    assert read_rows(path) == before
+    collect(path, CollectOptions(graphs=3, **OPTS))  # resumes: graphs 0-1 are skipped, graph 2 is measured
+    after = read_rows(path)
+    assert after[:len(before)] == before
+    keys = [(r["graph_id"], r["plan_id"], r["kernel_index"]) for r in after]
+    assert len(keys) == len(set(keys)), "a resumed collection measured a plan twice"
+    assert len({r["graph_id"] for r in after}) == 3
+
+
+def test_appending_cuts_a_torn_tail_and_keeps_every_complete_batch(tmp_path: Path) -> None:
+    path = str(tmp_path / "d.gz")
+    append_rows(path, [{"a": 1}, {"a": 2}])
+    good = os.path.getsize(path)
+    with open(path, "ab") as f:
+        f.write(b"\x1f\x8b\x08\x00torn")
+    append_rows(path, [{"a": 3}])
+    assert read_rows(path) == [{"a": 1}, {"a": 2}, {"a": 3}]
+    with open(path, "rb") as f:
+        assert b"torn" not in f.read()[good:]
+
+
+def test_collect_on_the_gpu_path_without_a_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(FusionSearchError, match="GPU"):
+        collect(str(tmp_path / "x.gz"), CollectOptions(graphs=1))
