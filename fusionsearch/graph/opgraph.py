@@ -84,6 +84,7 @@ class OpGraph:
         self.nx = nx.DiGraph()
         self.outputs: list[str] = []
         self._counter = 0
+        self._topo: list[str] | None = None  # cache, cleared whenever a node is added
 
     # ---- building ------------------------------------------------------------------------------
     def _fresh(self, op: str) -> str:
@@ -112,6 +113,7 @@ class OpGraph:
         if len(st) != len(shape) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in st):
             raise GraphError(f"input {name!r}: strides {list(st)} do not match shape {list(shape)}")
         self.nx.add_node(name, node=Node(name, "input", (), {}, tuple(shape), dt, st))
+        self._topo = None
         return name
 
     def add(self, op: str, inputs: Sequence[str], name: str | None = None, **attrs: Any) -> str:
@@ -143,6 +145,7 @@ class OpGraph:
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise GraphError(f"{where}bad attributes {attrs}: {e}") from None
         self.nx.add_node(name, node=Node(name, op, tuple(inputs), attrs, shape, dtype, contiguous_strides(shape)))
+        self._topo = None
         for slot, src in enumerate(inputs):
             if self.nx.has_edge(src, name):
                 self.nx.edges[src, name]["slots"] += (slot,)
@@ -185,8 +188,10 @@ class OpGraph:
 
     def topo_order(self) -> list[str]:
         """Nodes in a deterministic topological order (ties broken by insertion order)."""
-        order = {n: i for i, n in enumerate(self.nx.nodes)}
-        return list(nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]))
+        if self._topo is None:
+            order = {n: i for i, n in enumerate(self.nx.nodes)}
+            self._topo = list(nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]))
+        return list(self._topo)
 
     def consumers(self, name: str) -> list[str]:
         return list(self.nx.successors(name))
