@@ -43,7 +43,8 @@ def main() -> None:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
         print(f"{name:<34} best {res.best_us:8.1f} us  eager {eager:8.1f}  MA {c['max_autotune_us']:7.1f}  "
               f"search {row['search_s']:5.0f} s  {res.counts()}", flush=True)
-    lines = ["| case (bf16) | floor | eager (this run) | torch.compile (anchor) | max-autotune (anchor) | search best | "
+    lines = ["| case (bf16) | floor | eager (this run) | torch.compile (anchor) | max-autotune (anchor) | "
+             "search best | "
              "best / max-autotune | trials (by status) | search s |", "|---|" + "---|" * 8]
     for r in rows:
         a = r["anchor"]

@@ -2,6 +2,7 @@
 
 Public API (see README): workloads, capture, graph specs, the reference executor, plans, measurement."""
 
+from fusionsearch import costmodel, measure, search
 from fusionsearch.datasets.workloads import list_workloads, workload
 from fusionsearch.errors import (
     CodegenError,
@@ -12,7 +13,6 @@ from fusionsearch.errors import (
     PlanError,
     SpecError,
 )
-from fusionsearch import costmodel, measure, search
 from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
 
 __version__ = "0.1.0"
@@ -34,5 +34,6 @@ def tune(fn_or_graph, *example_inputs, **options):  # type: ignore[no-untyped-de
 
 __all__ = [
     "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
-    "SpecError", "capture", "costmodel", "measure", "search", "tune", "list_workloads", "load_graph", "random_inputs", "reference", "workload",
+    "SpecError", "capture", "costmodel", "list_workloads", "load_graph", "measure", "random_inputs", "reference",
+    "search", "tune", "workload",
 ]

@@ -14,7 +14,8 @@ class SpecError(FusionSearchError):
 
 
 class PlanError(FusionSearchError):
-    """A fusion plan is illegal for its graph (a node uncovered, a dependency out of order, a tile that does not map)."""
+    """A fusion plan is illegal for its graph (a node uncovered, a dependency out of order, a tile that does not
+    map)."""
 
 
 class CodegenError(FusionSearchError):

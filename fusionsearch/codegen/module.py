@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.pointwise import generate_pointwise
 from fusionsearch.codegen.templates import generate_template
@@ -128,7 +126,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         for n in sorted(stored[i], key=list(buf).index):
             if n not in allocated:
                 node = g.node(n)
-                body.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, torch.{dtype_name(node.dtype)}, device, poison)")
+                dt = f"torch.{dtype_name(node.dtype)}"
+                body.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, {dt}, device, poison)")
                 allocated.add(n)
         if step[0].workspace:
             # Poisoned too: a split-K partial tile that is never written must not read as stale sums.

@@ -156,7 +156,8 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     src.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     hoist = src.child()
     loop = src.child(1)
-    loop.line(f"idx_k = ({'pid_k * ' + str(k_tiles) + ' + ' if split > 1 else ''}k_tile) * BLOCK_K + tl.arange(0, BLOCK_K)")
+    k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
+    loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
     if not even_k:
         loop.line("mask_k = idx_k < K")
     ops = template_operands(g, k.matmul)

@@ -4,7 +4,6 @@ from fusionsearch.costmodel.analytic import Estimate, KernelEstimate, estimate, 
 from fusionsearch.costmodel.hardware import H200, Hardware
 
 
-
 def load_default():  # type: ignore[no-untyped-def]
     """The shipped learned model when its hardware signature matches this device, else None."""
     from fusionsearch.costmodel.learned import load_default as _load_default

@@ -51,10 +51,8 @@ def _good_length(path: str) -> int:
             data = f.read()
     except FileNotFoundError:
         return 0
-    end = 0
-    for end, _ in _members(data):
-        pass
-    return end
+    ends = [end for end, _ in _members(data)]
+    return ends[-1] if ends else 0
 
 
 def append_rows(path: str, rows: Iterable[dict[str, Any]]) -> int:

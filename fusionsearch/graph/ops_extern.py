@@ -77,7 +77,8 @@ def _meta(ins: Sequence[InputInfo], attrs: Attrs) -> torch.Tensor:
         raise
     except Exception as e:  # an aten op refusing its arguments: report it as the graph's error
         raise GraphError(f"extern {attrs.get('target')} rejects its inputs "
-                         f"{', '.join(f'{i.name} {list(i.shape)} {i.dtype}' for i in ins)}: {str(e).splitlines()[0]}") from None
+                         f"{', '.join(f'{i.name} {list(i.shape)} {i.dtype}' for i in ins)}: "
+                         f"{str(e).splitlines()[0]}") from None
     if not isinstance(out, torch.Tensor):
         raise GraphError(f"extern {attrs.get('target')} does not return a tensor")
     return out

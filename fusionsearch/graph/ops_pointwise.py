@@ -245,9 +245,10 @@ _binary("add", "+", lambda a, b: torch.add(a, b), _with_binary_check(promote), d
 _binary("sub", "-", lambda a, b: torch.sub(a, b), _with_binary_check(promote_no_bool_pair("sub")), doc="a - b")
 _binary("mul", "*", lambda a, b: torch.mul(a, b), _with_binary_check(promote), doc="a * b")
 _binary("div", "/", lambda a, b: torch.div(a, b), _with_binary_check(true_div), doc="true division a / b")
-_binary("maximum", None, lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)) if not isinstance(b, torch.Tensor) or not isinstance(a, torch.Tensor) else torch.maximum(a, b),
+# A scalar operand becomes a 0-dim tensor, which promotes like the scalar (torch.maximum takes tensors only).
+_binary("maximum", None, lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)),
         _with_binary_check(promote), "tl.maximum", doc="elementwise max")
-_binary("minimum", None, lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)) if not isinstance(b, torch.Tensor) or not isinstance(a, torch.Tensor) else torch.minimum(a, b),
+_binary("minimum", None, lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)),
         _with_binary_check(promote), "tl.minimum", doc="elementwise min")
 _binary("pow", None, lambda a, b: torch.pow(a, b), _with_binary_check(pow_rule), "_POW", needs_fp32=True,
         doc="a ** b")
@@ -308,7 +309,8 @@ def _where_expr(args: Sequence[str], attrs: Attrs) -> str:
     if len(args) == 3:
         return f"tl.where({args[0]}, {args[1]}, {args[2]})"
     s = lit(attrs["scalar"])
-    return f"tl.where({args[0]}, {s}, {args[1]})" if attrs.get("scalar_first") else f"tl.where({args[0]}, {args[1]}, {s})"
+    a, b = (s, args[1]) if attrs.get("scalar_first") else (args[1], s)
+    return f"tl.where({args[0]}, {a}, {b})"
 
 
 def _where_ref(t: Sequence[torch.Tensor], attrs: Attrs) -> torch.Tensor:
@@ -326,7 +328,8 @@ def _where_rule(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
     return where_rule(ins, attrs)
 
 
-register(OpDef("where", "pointwise", (2, 3), broadcast_shape, _where_rule, _where_ref, _where_expr, False, _check_scalar,
+register(OpDef("where", "pointwise", (2, 3), broadcast_shape, _where_rule, _where_ref, _where_expr, False,
+               _check_scalar,
                "where(cond, a, b); one branch may be attr 'scalar'"))
 
 

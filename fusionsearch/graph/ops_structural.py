@@ -43,14 +43,16 @@ def _addmm_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
         if tuple(torch.broadcast_shapes(bias.shape, out)) != out:
             raise RuntimeError
     except RuntimeError:
-        raise GraphError(f"addmm bias {bias.name} {list(bias.shape)} does not broadcast to the product {list(out)}") from None
+        raise GraphError(f"addmm bias {bias.name} {list(bias.shape)} does not broadcast to the product "
+                         f"{list(out)}") from None
     return out
 
 
 def _linear_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
     x, w = ins[0], ins[1]
     if len(x.shape) < 1 or len(w.shape) != 2 or x.shape[-1] != w.shape[1]:
-        raise GraphError(f"linear needs x [...,K] and weight [N,K]: {x.name} is {list(x.shape)}, {w.name} is {list(w.shape)}")
+        raise GraphError(f"linear needs x [...,K] and weight [N,K]: {x.name} is {list(x.shape)}, "
+                         f"{w.name} is {list(w.shape)}")
     out = (*x.shape[:-1], w.shape[0])
     if len(ins) == 3:
         try:
@@ -88,7 +90,8 @@ def _check_alpha_beta(attrs: Attrs) -> None:
             raise GraphError(f"addmm attr {key!r} must be a number, got {v!r}")
 
 
-register(OpDef("mm", "template", (2, 2), _mm_shape, _mm_dtype, lambda t, a: torch.mm(t[0], t[1]), doc="A[M,K] @ B[K,N]"))
+register(OpDef("mm", "template", (2, 2), _mm_shape, _mm_dtype, lambda t, a: torch.mm(t[0], t[1]),
+               doc="A[M,K] @ B[K,N]"))
 register(OpDef("bmm", "template", (2, 2), _bmm_shape, _mm_dtype, lambda t, a: torch.bmm(t[0], t[1]),
                doc="A[B,M,K] @ B[B,K,N]"))
 register(OpDef("addmm", "template", (3, 3), _addmm_shape, _addmm_dtype,
@@ -188,7 +191,8 @@ def _gather_shape(table: InputInfo, idx: InputInfo, op: str, one_d: bool) -> Sha
     if idx.dtype not in _INT_INDEX:
         raise GraphError(f"{op} indices {idx.name} must be int32 or int64, got {idx.dtype}")
     if len(table.shape) < 1 or (one_d and len(idx.shape) != 1):
-        raise GraphError(f"{op}: {table.name} {list(table.shape)} with indices {idx.name} {list(idx.shape)} is not a row gather")
+        raise GraphError(f"{op}: {table.name} {list(table.shape)} with indices {idx.name} {list(idx.shape)} "
+                         "is not a row gather")
     return (*idx.shape, *table.shape[1:])
 
 

@@ -107,7 +107,8 @@ def _in_dependency_order(nodes: list[Any], defined: set[str], source: str) -> li
     for name, ins in deps.items():
         for src in ins:
             if src not in names and src not in defined:
-                raise GraphError(f"{source}: node {name!r} reads {src!r}, which is neither an input nor a node (dangling input)")
+                raise GraphError(f"{source}: node {name!r} reads {src!r}, which is neither an input nor a node "
+                                 "(dangling input)")
     # Depth-first search for a cycle among the nodes.
     state: dict[str, int] = {}
 
@@ -116,7 +117,8 @@ def _in_dependency_order(nodes: list[Any], defined: set[str], source: str) -> li
         for src in deps.get(n, []):
             if state.get(src) == 1:
                 cycle = path[path.index(src):] + [src] if src in path else [src, n]
-                raise GraphError(f"{source}: the graph has a cycle {' -> '.join(reversed(cycle))}; a node cannot depend on itself")
+                raise GraphError(f"{source}: the graph has a cycle {' -> '.join(reversed(cycle))}; "
+                                 "a node cannot depend on itself")
             if state.get(src) is None and src in deps:
                 visit(src, path + [src])
         state[n] = 2

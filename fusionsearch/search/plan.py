@@ -217,7 +217,8 @@ def _kernel_from_dict(d: Any, where: str) -> Kernel:
             raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
         if not isinstance(d.get("matmul"), str):
             raise SpecError(f"{where}: 'matmul' must be a node name")
-        return TemplateKernel(d["matmul"], names("prologue_a"), names("prologue_b"), names("epilogue"), TileConfig(**cfg))
+        return TemplateKernel(d["matmul"], names("prologue_a"), names("prologue_b"), names("epilogue"),
+                              TileConfig(**cfg))
     if kind == "pointwise":
         return PointwiseKernel(names("nodes"))
     if kind == "extern":
@@ -263,7 +264,8 @@ def check_plan(plan: Plan) -> None:
             shape = g.node(k.matmul).shape
             for n in stored:
                 if g.node(n).shape != shape:
-                    raise PlanError(f"kernel {i}: {n!r} is needed outside the kernel but its shape {list(g.node(n).shape)} "
+                    raise PlanError(f"kernel {i}: {n!r} is needed outside the kernel but its shape "
+                                    f"{list(g.node(n).shape)} "
                                     f"is not the matmul's tile {list(shape)}; compute it in its own kernel")
 
 
@@ -313,7 +315,8 @@ def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
             raise PlanError(f"{where}: epilogue node {n!r} has shape {list(node.shape)}, "
                             f"the matmul's tile covers {list(out_shape)}")
         if not downstream and not _feeds_bias(g, k.matmul, n, inside):
-            raise PlanError(f"{where}: {n!r} neither follows the matmul nor computes its bias, so it is not an epilogue")
+            raise PlanError(f"{where}: {n!r} neither follows the matmul nor computes its bias, "
+                            "so it is not an epilogue")
 
 
 def _feeds_bias(g: OpGraph, mm: str, n: str, inside: set[str]) -> bool:
@@ -390,7 +393,8 @@ def _order_kernels(g: OpGraph, kernels: Sequence[Kernel]) -> list[Kernel]:
     try:
         return [kernels[i] for i in nx.lexicographical_topological_sort(dep)]
     except nx.NetworkXUnfeasible:
-        raise PlanError("these fusion choices make two kernels wait on each other (a cycle); fuse differently") from None
+        raise PlanError("these fusion choices make two kernels wait on each other (a cycle); "
+                        "fuse differently") from None
 
 
 def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfig:

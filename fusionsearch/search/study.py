@@ -79,7 +79,8 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
                         "or journal:file.log")
     for attempt in range(5):
         try:
-            kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if url.startswith("sqlite") else {}
+            sqlite = url.startswith("sqlite")
+            kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if sqlite else {}
             retry = optuna.storages.RetryFailedTrialCallback(max_retry=1)
             return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
                                               heartbeat_stale_trial_callback=retry, **kwargs)
