@@ -61,6 +61,15 @@ def _cmd_search(args: argparse.Namespace) -> int:
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
+    from fusionsearch.search.study import resolve_backend
+
+    backend = resolve_backend(opts.backend)
+    what = args.target or DEFAULT_WORKLOAD
+    how = {"gpu": "measured on the GPU", "model": "ranked by the cost model alone",
+           "interpret": "no GPU here: each candidate validated in Triton's CPU interpreter on a shrunk copy of "
+                        "the graph, ranked by the cost model"}[backend]
+    print(f"searching {what} ({len(g)} nodes, {len(g.nodes_of_kind('template'))} matmuls), {opts.trials} trials, "
+          f"backend {backend}: {how}", flush=True)
     res = run_study(g, opts)
     print(res.explain())
     if args.out:
@@ -86,6 +95,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from fusionsearch.search.plan import Plan
 
     path = os.path.join(args.plan, "plan.json") if os.path.isdir(args.plan) else args.plan
+    if not os.path.isfile(path):
+        raise SpecError(f"{args.plan}: no plan here; give a search's --out directory or its plan.json")
     graph_path = args.graph or os.path.join(os.path.dirname(os.path.abspath(path)), "graph.json")
     g = load_graph(graph_path)
     try:

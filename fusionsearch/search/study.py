@@ -67,6 +67,7 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
 
     RDB storages get a heartbeat: a trial whose worker stops beating for 3 heartbeats (killed, machine lost)
     is failed and retried once as a new waiting trial."""
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat, journal
     if url is None:
         return None
     if url.startswith("journal:"):
@@ -81,7 +82,9 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
         try:
             sqlite = url.startswith("sqlite")
             kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if sqlite else {}
-            retry = optuna.storages.RetryFailedTrialCallback(max_retry=1)
+            retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
+                optuna.storages.RetryFailedTrialCallback  # the name before Optuna 4.9
+            retry = retry_cls(max_retry=1)
             return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
                                               heartbeat_stale_trial_callback=retry, **kwargs)
         except Exception as e:  # a bad URL or unreachable server is the user's to fix
