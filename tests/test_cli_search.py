@@ -44,7 +44,7 @@ def test_search_writes_every_output(searched: Path) -> None:
 def test_search_prints_the_explanation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(SEARCH) == 0
     out = capsys.readouterr().out
-    assert out.startswith("best plan:")
+    assert out.startswith("searching mm_bias_gelu") and "\nbest plan:" in out
     assert "kernel 0: template mm y" in out and "epilogue: y_bias, out fused" in out
     assert "trials: 6 (" in out
 
