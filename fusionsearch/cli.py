@@ -58,7 +58,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     g = _load_target(args.target, args.shape, args.dtype)
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
                          study_name=args.study, seed=args.seed, timeout=args.timeout,
-                         bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet)
+                         bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
+                         cost_model=args.cost_model)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
     from fusionsearch.search.study import resolve_backend
@@ -167,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes-rule", type=float, default=1.1, help="prologue bytes factor (default 1.1)")
     p.add_argument("--no-bytes-rule", action="store_true", help="let measurement decide every prologue")
     p.add_argument("--out", default=None, help="write plan.json, the exported kernels and report.md here")
+    p.add_argument("--cost-model", default="auto",
+                   help="auto (learned model when one matches this GPU), analytic, learned, or a .skops file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_search)
     p = sub.add_parser("explain", help="explain a saved plan (a search's --out directory or its plan.json)")

@@ -44,14 +44,32 @@ class SearchOptions:
     progress: bool = False
     compile_workers: int | None = None  # gpu backend: parallel compile processes (None: cores - 1, 0: none)
     heartbeat_s: int = 10  # RDB storages: a worker silent for 3 heartbeats has its trial failed and retried
+    cost_model: str = "auto"  # auto: the shipped learned model when it matches this GPU, else analytic
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(".skops"):
+            raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a .skops model file")
         if self.sampler not in SAMPLERS:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
+
+
+def _cost_model(choice: str) -> Any:
+    """The learned model to prune with, or None for the analytic model."""
+    from fusionsearch.costmodel.learned import load, load_default
+
+    if choice == "analytic":
+        return None
+    if choice.endswith(".skops"):
+        return load(choice)
+    model = load_default()
+    if model is None and choice == "learned":
+        raise FusionSearchError("no shipped learned cost model matches this device; train one "
+                                "(fusionsearch costmodel collect/train) and pass its .skops file")
+    return model
 
 
 def resolve_backend(backend: str) -> str:
@@ -135,6 +153,7 @@ class Objective:
 
         self.graph, self.space, self.options, self.backend, self.hw = graph, space, options, backend, hw
         self.estimate = estimate
+        self.model = _cost_model(options.cost_model)
         self.inputs = inputs
         self.best_measured_prediction = float("inf")
         self.best_value = float("inf")
@@ -167,7 +186,7 @@ class Objective:
                         if nodes and not prologue_bytes_ok(self.graph, k.matmul, side, nodes, self.options.bytes_rule):
                             return self._prune(trial, "bytes rule", f"prologue {side} of {k.matmul} reads more bytes "
                                                f"than the unfused operand (factor > {self.options.bytes_rule})")
-        predicted = self.estimate(plan, self.hw).time_us
+        predicted = self.predict(plan)
         trial.set_user_attr("predicted_us", predicted)
         if predicted > self.best_measured_prediction * self.options.prune_margin:
             trial.report(predicted, 0)
@@ -196,6 +215,14 @@ class Objective:
             self.best_value = value
         self.best_measured_prediction = min(self.best_measured_prediction, predicted)
         return value
+
+    def predict(self, plan: Plan) -> float:
+        """The plan's predicted time (µs): the learned model where one matches this GPU, else the analytic one."""
+        if self.model is not None:
+            from fusionsearch.costmodel.learned import plan_time_us
+
+            return float(plan_time_us(self.model, plan, self.hw))
+        return self.estimate(plan, self.hw).time_us
 
     def _prune(self, trial: optuna.Trial, status: str, reason: str) -> float:
         trial.set_user_attr("status", status)

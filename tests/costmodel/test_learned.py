@@ -354,3 +354,20 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, dataset: str, capsys: p
     assert cli.main(["costmodel", "evaluate", str(bogus), dataset]) == 2
     err = capsys.readouterr().err
     assert "not a skops archive" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_search_prunes_with_a_given_learned_model(tmp_path: Path, model: LearnedCostModel) -> None:
+    from fusionsearch.costmodel.learned import plan_time_us
+    from fusionsearch.search.plan import Plan
+    from fusionsearch.search.study import SearchOptions, run_study
+
+    path = model.save(str(tmp_path / "m.skops"))
+    g = fs.workload("mm_bias_gelu", M=16, K=256, N=256)
+    res = run_study(g, SearchOptions(trials=8, backend="model", cost_model=path))
+    hw = res.hardware
+    for t in res.trials:
+        if t.predicted_us is not None and t.status == "estimated":
+            plan = res.space.plan(t.params)
+            assert t.predicted_us == pytest.approx(plan_time_us(model, plan, hw))
+            assert t.predicted_us != pytest.approx(fs.costmodel.estimate(plan, hw).time_us)
+    assert isinstance(res.best, Plan)
