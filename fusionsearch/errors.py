@@ -28,3 +28,10 @@ class MeasureError(FusionSearchError):
 
 class CostModelError(FusionSearchError):
     """A cost model cannot be loaded, trained or applied (schema mismatch, not a model file)."""
+
+
+def failure_reason(e: BaseException, limit: int = 500) -> str:
+    """A failure as one line for a trial or dataset row: the exception type and its message's last line (where
+    Triton and CUDA put the cause)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:limit]

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from fusionsearch.datasets.measurements import append_rows, read_rows
-from fusionsearch.errors import FusionSearchError, PlanError
+from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
 
 
 def hardware_signature() -> dict[str, str]:
@@ -154,7 +154,7 @@ def _measure_plan(g: Any, gid: str, plan: Any, failure: str, inputs: Any, refs: 
                 steps, _ = plan.compile().module.steps(*inputs)
                 times = [time_callable(s, options.warmup_ms, options.rep_ms).median_us for s in steps]
             except Exception as e:  # a launch failure marks this plan, the collection goes on
-                status, reason = "compile_failed", f"{type(e).__name__}: {e}"[:300]
+                status, reason = "compile_failed", failure_reason(e, 300)
     rows = []
     for i in range(len(plan.kernels)):
         rows.append({**base, "kernel_index": i, "kernel_kind": plan.kernels[i].kind, "status": status,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.errors import MeasureError
+from fusionsearch.errors import MeasureError, failure_reason
 
 
 @dataclass(frozen=True)
@@ -50,5 +50,4 @@ def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25,
     except MeasureError:
         raise
     except Exception as e:
-        first = str(e).strip().splitlines()
-        return Timing(float("inf"), ok=False, reason=f"{type(e).__name__}: {first[-1] if first else ''}"[:500])
+        return Timing(float("inf"), ok=False, reason=failure_reason(e))

@@ -30,8 +30,9 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
             torch.cuda.synchronize()
         return ""
     except Exception as e:  # the reason travels back; the trial fails, not the search
-        first = str(e).strip().splitlines()
-        return f"{type(e).__name__}: {first[-1] if first else ''}"[:500]
+        from fusionsearch.errors import failure_reason
+
+        return failure_reason(e)
 
 
 class CompilePool:

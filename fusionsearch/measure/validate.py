@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fusionsearch.errors import failure_reason
 from fusionsearch.graph.reference import random_inputs, reference
 
 # Relative Frobenius error allowed per output dtype, against the float64 reference.
@@ -58,8 +59,7 @@ def validate(plan: object, graph: object = None, inputs: Sequence[torch.Tensor] 
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     except Exception as e:  # a failing kernel fails its own validation, not the caller
-        first = str(e).strip().splitlines()
-        return Validation(False, float("inf"), f"{type(e).__name__}: {first[-1] if first else ''}"[:500])
+        return Validation(False, float("inf"), failure_reason(e))
     worst, reason = 0.0, ""
     for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
         err = rel_error(o, r)

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 import torch
 
-from fusionsearch.errors import FusionSearchError, PlanError, SpecError
+from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.result import TrialRecord, TuneResult
@@ -486,7 +486,7 @@ def _finish(study: optuna.Study, objective: Objective, trial: optuna.Trial, plan
         state, value = optuna.trial.TrialState.PRUNED, None
     except Exception as e:
         trial.set_user_attr("status", "failed")
-        trial.set_user_attr("reason", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+        trial.set_user_attr("reason", failure_reason(e, 300))
         state, value = optuna.trial.TrialState.FAIL, None
     return study.tell(trial, value, state=state)
 
