@@ -20,27 +20,20 @@ def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: s
     targets = [n for n in k.nodes if n in stored]
     if not targets:
         return None
-    shape = g.node(targets[0]).shape
-    numel = math.prod(shape)
+    # Stored values may differ in shape (an output read before an expand or a view): each shape gets its own
+    # flat index over the one grid, sized for the largest.
+    shapes = list(dict.fromkeys(g.node(n).shape for n in targets))
+    numel = max(math.prod(s) for s in shapes)
     src = Source(1, NameGen())
-    src.line(f"# fusionsearch pointwise kernel: {len(k.nodes)} ops over {list(shape)}")
+    src.line(f"# fusionsearch pointwise kernel: {len(k.nodes)} ops over {list(shapes[0])}")
     src.line("xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)")
-    src.line(f"xmask = xindex < {numel}")
-    index: list[Idx] = []
-    inner = numel
-    for d, size in enumerate(shape):
-        inner //= max(size, 1)
-        if size == 1:
-            index.append(Idx("0"))
-            continue
-        var = f"x{d}"
-        expr = "xindex" if inner == 1 else f"xindex // {inner}"
-        src.line(f"{var} = ({expr}) % {size}" if d > 0 else f"{var} = {expr}")
-        index.append(Idx(var, "xmask"))
     buffers = Buffers(g)
     ev = TileEvaluator(g, set(k.nodes), buffers, src, upcast)
-    for n in targets:
-        ev.store(n, tuple(index), ev.value(n, tuple(index)))
+    for j, shape in enumerate(shapes):
+        index = _flat_index(src, shape, "" if j == 0 else f"_{j}")
+        for n in targets:
+            if g.node(n).shape == shape:
+                ev.store(n, index, ev.value(n, index))
     params = buffers.params() + ["XBLOCK: tl.constexpr"]
     head = Source(0)
     head.line("@triton.jit")
@@ -48,3 +41,22 @@ def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: s
     head.splice(src)
     grid = (max(1, math.ceil(numel / XBLOCK)), 1, 1)
     return GeneratedKernel(name, head.text(), buffers.args, grid, {"XBLOCK": XBLOCK}, num_warps=4, num_stages=1)
+
+
+def _flat_index(src: Source, shape: tuple[int, ...], suffix: str) -> tuple[Idx, ...]:
+    """Row-major index components of `shape` from the flat xindex, masked to its element count."""
+    numel = math.prod(shape)
+    mask = f"xmask{suffix}"
+    src.line(f"{mask} = xindex < {numel}")
+    index: list[Idx] = []
+    inner = numel
+    for d, size in enumerate(shape):
+        inner //= max(size, 1)
+        if size == 1:
+            index.append(Idx("0"))
+            continue
+        var = f"x{d}{suffix}"
+        expr = "xindex" if inner == 1 else f"xindex // {inner}"
+        src.line(f"{var} = ({expr}) % {size}" if d > 0 else f"{var} = {expr}")
+        index.append(Idx(var, mask))
+    return tuple(index)

@@ -238,7 +238,9 @@ def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx,
     """Row-major reshape as an index map: linearise the output index, split it over the source dims."""
     if out == src:
         return index
-    masks = mask_of(index)
+    # Only the masks of the components the linear index uses: the others (size-1 dims) do not move the load, and
+    # a block mask on a scalar pointer (every used component scalar, as pid_b) is refused by tl.load.
+    masks = mask_of(tuple(c for size, c in zip(out, index, strict=True) if c.expr != "0" and size != 1))
     terms, stride = [], 1
     for size, c in zip(reversed(out), reversed(index), strict=True):
         if c.expr != "0" and size != 1:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from fusionsearch.errors import PlanError, SpecError
-from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.opgraph import Node, OpGraph
 
 PLAN_VERSION = 1
 FUSABLE = ("pointwise", "layout", "indexing")
@@ -259,6 +259,10 @@ def check_plan(plan: Plan) -> None:
                 if src not in inside and src not in materialised:
                     raise PlanError(f"kernel {i} reads {src!r} (input of {n!r}) before any kernel writes it")
         materialised |= set(produced(k))
+    for o in g.outputs:
+        if o not in materialised:  # a prologue keeps its values in registers: nothing would write the output
+            raise PlanError(f"graph output {o!r} is computed only inside a matmul prologue, which never writes it; "
+                            "compute it in its own kernel")
     for i, (k, stored) in enumerate(zip(plan.kernels, plan.stored(), strict=True)):
         if isinstance(k, TemplateKernel):
             shape = g.node(k.matmul).shape
@@ -314,9 +318,26 @@ def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
         if downstream and node.shape != out_shape:
             raise PlanError(f"{where}: epilogue node {n!r} has shape {list(node.shape)}, "
                             f"the matmul's tile covers {list(out_shape)}")
+        if downstream and _reads_elsewhere(g, k.matmul, node):
+            raise PlanError(f"{where}: epilogue node {n!r} ({node.op}) reads the matmul's result at other positions "
+                            "than its own, outside the tile; compute it in its own kernel")
         if not downstream and not _feeds_bias(g, k.matmul, n, inside):
             raise PlanError(f"{where}: {n!r} neither follows the matmul nor computes its bias, "
                             "so it is not an epilogue")
+
+
+def _reads_elsewhere(g: OpGraph, mm: str, node: Node) -> bool:
+    """True when a node downstream of the matmul reads its downstream operand at another index than its own
+    (a transpose or permute, even of a square tile, or a gather from it): an epilogue only holds its own tile."""
+    rank = len(node.shape)
+    if node.op == "transpose":
+        return node.attrs.get("dim0", 0) % rank != node.attrs.get("dim1", 1) % rank
+    if node.op == "permute":
+        return [d % rank for d in node.attrs["dims"]] != list(range(rank))
+    if node.kind == "indexing":  # indices computed on the tile are fine, a table computed on it is not
+        table = node.inputs[0]
+        return table == mm or mm in nx.ancestors(g.nx, table)
+    return False
 
 
 def _feeds_bias(g: OpGraph, mm: str, n: str, inside: set[str]) -> bool:
