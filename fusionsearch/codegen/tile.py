@@ -15,7 +15,8 @@ from fusionsearch.codegen.dtypes import LOW_PRECISION, Value, compute_dtype, con
 from fusionsearch.codegen.emit import Source
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.graph.registry import get_op
+from fusionsearch.graph.ops_pointwise import promote
+from fusionsearch.graph.registry import InputInfo, get_op
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,8 @@ class TileEvaluator:
                 expr, dtype = f"{expr}.to(tl.float32)", torch.float32  # keep the rounding, compute on in fp32
             return self._emit("v", expr, dtype, node.dtype, variant)
         if node.dtype == torch.bool:  # comparisons: compute in the operands' promoted dtype
-            cdt = _promoted(operands, node.attrs)
+            infos = [InputInfo(src, self.g.node(src).shape, self.g.node(src).dtype) for src in node.inputs]
+            cdt = promote(infos, node.attrs)
             cdt = compute_dtype(cdt, False, self.upcast)
         else:
             cdt = compute_dtype(node.dtype, op.needs_fp32, self.upcast)
@@ -217,15 +219,6 @@ class TileEvaluator:
         data = convert(v.name, v.dtype, self.g.node(n).dtype)
         tail = f", mask={mask}" if mask else ""
         self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
-
-
-def _promoted(operands: list[Value], attrs: dict[str, object]) -> torch.dtype:
-    result = operands[0].logical
-    for v in operands[1:]:
-        result = torch.result_type(torch.empty(1, dtype=result), torch.empty(1, dtype=v.logical))
-    if attrs.get("scalar") is not None:
-        result = torch.result_type(torch.empty(1, dtype=result), attrs["scalar"])  # type: ignore[arg-type]
-    return result
 
 
 def _broadcast_index(src: tuple[int, ...], out: tuple[int, ...], index: tuple[Idx, ...]) -> tuple[Idx, ...]:

@@ -54,27 +54,17 @@ def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
     """Up to n distinct legal plans: the reference plans, then random fusion options and tile configs."""
     from fusionsearch.costmodel.analytic import fits
     from fusionsearch.search.plan import fully_fused, heuristic, unfused
-    from fusionsearch.search.space import enumerate_space
+    from fusionsearch.search.space import enumerate_space, random_plans
 
     space = enumerate_space(g, lambda gr, mm, cfg: fits(gr, mm, cfg, hw))
     plans: dict[str, Any] = {}
     for make in (unfused, fully_fused, heuristic):
         try:
             p = make(g)
-            plans.setdefault(plan_id(p), p)
+            plans.setdefault(p.to_json(), p)
         except PlanError:
             pass
-    for _ in range(20 * n):
-        if len(plans) >= n:
-            break
-        params = {f"{grp.key}.fusion": rng.choice(grp.options) for grp in space.groups}
-        params |= {f"mm{i}.config": rng.choice(cfgs).short() for i, cfgs in enumerate(space.configs)}
-        try:
-            p = space.plan(params)
-        except PlanError:
-            continue
-        plans.setdefault(plan_id(p), p)
-    return list(plans.values())[:n]
+    return random_plans(space, n, rng, plans)
 
 
 def collect(out_path: str, options: CollectOptions) -> dict[str, int]:

@@ -3,12 +3,18 @@ shared memory, L2 and launch overhead."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from fusionsearch.graph.registry import dtype_name
+
+# The learned model shipped for the device it was trained on; the search only loads it (and scikit-learn)
+# when the file exists.
+DEFAULT_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "datasets", "data", "costmodel.skops")
 
 
 @dataclass(frozen=True)

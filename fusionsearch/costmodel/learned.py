@@ -24,15 +24,14 @@ from fusionsearch.costmodel.features import (
     plan_features,
     to_matrix,
 )
-from fusionsearch.costmodel.hardware import Hardware
+from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, Hardware
 from fusionsearch.errors import CostModelError
 from fusionsearch.search.plan import Plan
 
 __all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "LearnedCostModel", "load", "load_default", "plan_time_us"]
 
 FILE_FORMAT = "fusionsearch-costmodel"
-DEFAULT_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "datasets", "data", "costmodel.skops")
+
 
 # Beyond skops's built-in trusted types (builtins, numpy arrays, sklearn's loss objects), a saved model holds
 # only these; checked with skops.io.get_untrusted_types on files this module writes (scikit-learn 1.9).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -191,6 +192,24 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
             legal.append(opt)
         groups.append(Group(key, nodes, tuple(legal)))
     return Space(g, tuple(groups), matmuls, cfgs)
+
+
+def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, Plan] | None = None
+                 ) -> list[Plan]:
+    """Up to `count` distinct legal plans drawn uniformly (one option per group, one config per matmul),
+    added to `plans` (keyed by plan JSON) when given; illegal draws are skipped, 20 draws a plan at most."""
+    plans = {} if plans is None else plans
+    for _ in range(20 * count):
+        if len(plans) >= count:
+            break
+        params = {f"{grp.key}.fusion": rng.choice(grp.options) for grp in space.groups}
+        params |= {f"mm{i}.config": rng.choice(cfgs).short() for i, cfgs in enumerate(space.configs)}
+        try:
+            plan = space.plan(params)
+        except PlanError:
+            continue
+        plans.setdefault(plan.to_json(), plan)
+    return list(plans.values())[:count]
 
 
 def seed_plans(space: Space) -> list[dict[str, str]]:

@@ -59,10 +59,14 @@ class SearchOptions:
 
 def _cost_model(choice: str) -> Any:
     """The learned model to prune with, or None for the analytic model."""
+    import os
+
+    from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH
+
+    if choice == "analytic" or (choice == "auto" and not os.path.exists(DEFAULT_MODEL_PATH)):
+        return None  # no shipped model: do not pay scikit-learn's import on every search
     from fusionsearch.costmodel.learned import load, load_default
 
-    if choice == "analytic":
-        return None
     if choice.endswith(".skops"):
         return load(choice)
     model = load_default()
