@@ -72,7 +72,11 @@ def _load(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str,
 
 def _hardware(rows: Sequence[dict[str, Any]], path: str) -> dict[str, Any] | None:
     """The one GPU the rows were measured on; CostModelError when they mix GPUs."""
-    records = {str(r["hardware"].get("name")): r["hardware"] for r in rows if isinstance(r.get("hardware"), dict)}
+    records = {}
+    for r in rows:
+        if isinstance(r.get("hardware"), dict):  # the collector's signature names the GPU under "device"
+            record = {**r["hardware"], "name": r["hardware"].get("name") or r["hardware"].get("device")}
+            records[str(record["name"])] = record
     if len(records) > 1:
         raise CostModelError(f"{path}: rows were measured on several GPUs ({', '.join(sorted(records))}); "
                              "train one model per GPU on its own dataset")

@@ -1,0 +1,29 @@
+"""The learned model and the H200 dataset that ship in the package: the model loads without executing
+code, names the H200, and ranks the dataset's plans better than the analytic model does."""
+
+from __future__ import annotations
+
+import os
+
+from fusionsearch.costmodel.learned import load
+from fusionsearch.costmodel.train import evaluate, load_dataset
+
+DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "fusionsearch", "datasets", "data")
+SHIPPED_MODEL_PATH = os.path.join(DATA_DIR, "costmodel.skops")
+SHIPPED_DATA_PATH = os.path.join(DATA_DIR, "h200-measurements.jsonl.gz")
+
+
+def test_shipped_dataset_is_an_h200_measurement_of_at_least_100_graphs() -> None:
+    _, y, groups, rows = load_dataset(SHIPPED_DATA_PATH)
+    assert len(y) >= 3000 and len(set(groups.tolist())) >= 100
+    assert {r["hardware"]["device"] for r in rows} == {"NVIDIA H200"}
+
+
+def test_shipped_model_names_the_h200_and_ranks_better_than_the_analytic_model() -> None:
+    model = load(SHIPPED_MODEL_PATH)
+    assert model.hardware_["name"] == "NVIDIA H200"
+    fig = evaluate(model, SHIPPED_DATA_PATH)
+    assert fig["graphs"] >= 100
+    for m in ("kendall_tau", "pairwise_accuracy"):
+        assert fig[m] > fig[f"analytic_{m}"]
+    assert fig["top1_regret"] < fig["analytic_top1_regret"]
