@@ -1,0 +1,125 @@
+"""Regret versus measurements, replayed from whole_space_gpu.py's H200 measurements (CPU; no GPU needed).
+
+A search that measures plan p observes exactly the time measured for p in the whole-space run. Strategies:
+learned (measure plans in the shipped model's predicted order), analytic (the roofline model's order),
+TPE (Optuna's sampler over the space's parameters, 5 seeds), random (20 permutations). Regret after n
+measurements = (best measured so far − whole-space best) / whole-space best; failed plans count as measured.
+
+    python benchmarks/prune_replay.py benchmarks/results/h200-2026-12-02-whole-space --out DIR"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import random
+
+import optuna
+import torch
+
+import fusionsearch as fs
+from fusionsearch.costmodel.analytic import estimate, fits
+from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, H200
+from fusionsearch.costmodel.learned import load, plan_time_us
+from fusionsearch.search.plan import Plan
+from fusionsearch.search.space import enumerate_space
+
+
+def curve(order_times: list[float], best: float) -> list[float]:
+    out, seen = [], math.inf
+    for t in order_times:
+        seen = min(seen, t)
+        out.append((seen - best) / best if math.isfinite(seen) else math.inf)
+    return out
+
+
+def tpe_curve(space: object, times: dict[str, float], best: float, n: int, seed: int) -> list[float]:
+    def objective(trial: optuna.Trial) -> float:
+        params = {f"{g.key}.fusion": trial.suggest_categorical(f"{g.key}.fusion", list(g.options))
+                  for g in space.groups}
+        params.update({f"mm{i}.config": trial.suggest_categorical(f"mm{i}.config", [c.short() for c in cfgs])
+                       for i, cfgs in enumerate(space.configs)})
+        try:
+            t = times.get(space.plan(params).to_json(), math.inf)
+        except Exception:
+            t = math.inf
+        return t if math.isfinite(t) else 1e12
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, n // 2)))
+    study.optimize(objective, n_trials=n)
+    return curve([t.value if t.value < 1e12 else math.inf for t in study.trials], best)
+
+
+def mean_curves(curves: list[list[float]]) -> list[float]:
+    return [sum(c[i] for c in curves) / len(curves) for i in range(len(curves[0]))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--model", default=DEFAULT_MODEL_PATH)
+    args = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.makedirs(args.out, exist_ok=True)
+    model = load(args.model)
+    report = []
+    paths = glob.glob(os.path.join(args.results, "case*.json"))
+    for path in sorted(paths, key=lambda p: int(os.path.basename(p)[4:-5])):
+        data = json.load(open(path))
+        c = data["case"]
+        g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
+        space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), data["max_configs"])
+        times = {r["plan"]: (r["median_us"] if r["median_us"] else math.inf) for r in data["plans"]}
+        plans = {pj: Plan.from_json(pj, g) for pj in times}
+        best = min(times.values())
+        n = math.ceil(len(times) / 10)
+        learned = sorted(times, key=lambda pj: plan_time_us(model, plans[pj], H200))
+        analytic = sorted(times, key=lambda pj: estimate(plans[pj], H200).time_us)
+        curves = {"learned": curve([times[p] for p in learned], best),
+                  "analytic": curve([times[p] for p in analytic], best)}
+        rng = random.Random(0)
+        perms = [rng.sample(list(times), len(times)) for _ in range(20)]
+        curves["random"] = mean_curves([curve([times[p] for p in perm], best) for perm in perms])
+        curves["tpe"] = mean_curves([tpe_curve(space, times, best, len(times), s) for s in range(5)])
+        report.append({"case": data["name"], "space": len(times), "budget": n, "best_us": best,
+                       "regret_at_budget": {k: v[n - 1] for k, v in curves.items()}, "curves": curves})
+        r = report[-1]["regret_at_budget"]
+        print(f"{data['name']:<34} space {len(times):>4} n {n:>3} best {best:7.1f} us  " +
+              "  ".join(f"{k} {100 * v:6.2f}%" for k, v in r.items()), flush=True)
+    geo = {k: math.exp(sum(math.log1p(r["regret_at_budget"][k]) for r in report) / len(report)) - 1
+           for k in report[0]["regret_at_budget"]}
+    worst = {k: max(r["regret_at_budget"][k] for r in report) for k in geo}
+    print("geomean regret at a tenth of the space: " + "  ".join(f"{k} {100 * v:.2f}%" for k, v in geo.items()))
+    print("worst case:                             " + "  ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
+    with open(os.path.join(args.out, "prune-replay.json"), "w") as f:
+        json.dump({"cases": report, "geomean_regret": geo, "worst_regret": worst}, f, indent=1)
+    _plot(report, os.path.join(args.out, "prune-replay.png"))
+
+
+def _plot(report: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 5
+    rows = math.ceil(len(report) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows))
+    for ax, r in zip(axes.flat, report, strict=False):
+        for k, v in r["curves"].items():
+            ax.plot(range(1, len(v) + 1), [100 * min(x, 1.0) for x in v], label=k)
+        ax.axvline(r["budget"], color="grey", lw=0.8, ls="--")
+        ax.set_title(r["case"], fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("plans measured")
+        ax.set_ylabel("regret % (capped at 100)")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+if __name__ == "__main__":
+    main()
