@@ -37,12 +37,8 @@ def curve(order_times: list[float], best: float) -> list[float]:
 
 def tpe_curve(space: object, times: dict[str, float], best: float, n: int, seed: int) -> list[float]:
     def objective(trial: optuna.Trial) -> float:
-        params = {f"{g.key}.fusion": trial.suggest_categorical(f"{g.key}.fusion", list(g.options))
-                  for g in space.groups}
-        params.update({f"mm{i}.config": trial.suggest_categorical(f"mm{i}.config", [c.short() for c in cfgs])
-                       for i, cfgs in enumerate(space.configs)})
         try:
-            t = times.get(space.plan(params).to_json(), math.inf)
+            t = times.get(space.plan(space.suggest(trial)).to_json(), math.inf)
         except Exception:
             t = math.inf
         return t if math.isfinite(t) else 1e12

@@ -9,7 +9,6 @@ Single-matmul cases keep --max-configs tile configs per matmul, three-matmul swi
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import time
@@ -27,12 +26,10 @@ from fusionsearch.search.space import enumerate_space
 
 def all_plans(space: fs.search.space.Space) -> list:
     """Every legal plan of the space: each combination of group options and tile configs."""
-    axes = [[(f"{grp.key}.fusion", o) for o in grp.options] for grp in space.groups]
-    axes += [[(f"mm{i}.config", c.short()) for c in cfgs] for i, cfgs in enumerate(space.configs)]
     plans = {}
-    for combo in itertools.product(*axes):
+    for params in space.every_params():
         try:
-            p = space.plan(dict(combo))
+            p = space.plan(params)
         except PlanError:
             continue
         plans.setdefault(p.to_json(), p)
@@ -50,7 +47,6 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     pool = CompilePool(args.workers)
-    summary = []
     for ci, c in enumerate(REFERENCE_CASES):
         if args.cases and str(ci) not in args.cases.split(","):
             continue
@@ -81,9 +77,9 @@ def main() -> None:
         with open(os.path.join(args.out, f"case{ci}.json"), "w") as f:
             json.dump({"case": c, "name": name, "space_size": space.size(), "max_configs": k,
                        "hardware": hardware_signature(), "plans": rows}, f)
-        summary.append((name, len(plans), len(ok), min(ok) if ok else float("nan"), time.time() - t0))
-        print(f"{name:<40} plans {len(plans):>4}  ok {len(ok):>4}  best {summary[-1][3]:8.1f} us  "
-              f"{summary[-1][4]:5.0f} s", flush=True)
+        best = min(ok) if ok else float("nan")
+        print(f"{name:<40} plans {len(plans):>4}  ok {len(ok):>4}  best {best:8.1f} us  {time.time() - t0:5.0f} s",
+              flush=True)
         del inputs, refs
         torch.cuda.empty_cache()
     pool.close()

@@ -174,9 +174,13 @@ def load(path: str) -> LearnedCostModel:
     return model
 
 
-def load_default(path: str = DEFAULT_MODEL_PATH) -> LearnedCostModel | None:
+def load_default(path: str | None = None) -> LearnedCostModel | None:
     """The shipped model when it was trained on this device (same GPU name as `Hardware.detect()`); None
-    when there is none or it is for another GPU, or cannot be used (with a warning)."""
+    when there is none or it is for another GPU, or cannot be used (with a warning). The default path is read
+    at the call (hardware.DEFAULT_MODEL_PATH), so one setting governs the search and this loader."""
+    from fusionsearch.costmodel import hardware
+
+    path = path or hardware.DEFAULT_MODEL_PATH
     if not os.path.isfile(path):
         return None
     try:

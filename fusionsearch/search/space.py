@@ -9,8 +9,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -61,6 +62,23 @@ class Space:
     def size(self) -> int:
         """Number of distinct (fusion, config) combinations."""
         return math.prod(len(g.options) for g in self.groups) * math.prod(len(c) for c in self.configs)
+
+    def parameter_choices(self) -> dict[str, tuple[str, ...]]:
+        """Each trial parameter's name and its choices: one fusion option per group, one config per matmul."""
+        out = {f"{grp.key}.fusion": tuple(grp.options) for grp in self.groups}
+        out.update({f"mm{i}.config": tuple(c.short() for c in cfgs) for i, cfgs in enumerate(self.configs)})
+        return out
+
+    def suggest(self, trial: Any) -> dict[str, str]:
+        """One Optuna trial's parameters, drawn by its sampler."""
+        return {name: trial.suggest_categorical(name, list(choices))
+                for name, choices in self.parameter_choices().items()}
+
+    def every_params(self) -> Iterator[dict[str, str]]:
+        """Every combination of the parameters (size() of them): for exhaustive ground truths."""
+        choices = self.parameter_choices()
+        for combo in itertools.product(*choices.values()):
+            yield dict(zip(choices, combo, strict=True))
 
     def decisions(self, choice: Mapping[str, str]) -> dict[str, Decision]:
         """Per-node decisions for one option per group."""

@@ -165,12 +165,7 @@ class Objective:
         self._small = None
 
     def suggest(self, trial: optuna.Trial) -> dict[str, str]:
-        params: dict[str, str] = {}
-        for grp in self.space.groups:
-            params[f"{grp.key}.fusion"] = trial.suggest_categorical(f"{grp.key}.fusion", list(grp.options))
-        for i, cfgs in enumerate(self.space.configs):
-            params[f"mm{i}.config"] = trial.suggest_categorical(f"mm{i}.config", [c.short() for c in cfgs])
-        return params
+        return self.space.suggest(trial)
 
     def __call__(self, trial: optuna.Trial) -> float:
         return self.finish(trial, self.prepare(trial))

@@ -133,14 +133,10 @@ def test_without_the_bytes_rule_the_cast_prologue_is_judged() -> None:
 
 def _ground_truth(g: fs.OpGraph, max_configs: int) -> tuple[float, list[Plan]]:
     """The best predicted time over every combination of the space, and every plan reaching it."""
-    import itertools
-
     space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), max_configs)
-    names = [f"{grp.key}.fusion" for grp in space.groups] + [f"mm{i}.config" for i in range(len(space.matmuls))]
-    choices = [grp.options for grp in space.groups] + [tuple(c.short() for c in cfgs) for cfgs in space.configs]
     priced = []
-    for combo in itertools.product(*choices):
-        plan = space.plan(dict(zip(names, combo, strict=True)))
+    for params in space.every_params():
+        plan = space.plan(params)
         priced.append((estimate(plan).time_us, plan))
     best = min(t for t, _ in priced)
     return best, [p for t, p in priced if t == best]
