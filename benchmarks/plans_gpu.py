@@ -17,7 +17,7 @@ import torch
 import triton
 
 import fusionsearch as fs
-from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS
+from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
 from fusionsearch.measure import time_callable, validate
 from fusionsearch.search import plan as P
 
@@ -36,10 +36,6 @@ SWEEP_LARGE_M = [
 def with_config(plan: P.Plan, cfg: P.TileConfig) -> P.Plan:
     kernels = tuple(dataclasses.replace(k, config=cfg) if isinstance(k, P.TemplateKernel) else k for k in plan.kernels)
     return P.Plan(plan.graph, kernels, plan.recompute)
-
-
-def case_name(c: dict) -> str:
-    return f"{c['workload']} " + " ".join(f"{k}{v}" for k, v in c["shape"].items() if k != "T")
 
 
 def main() -> None:

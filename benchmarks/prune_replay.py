@@ -1,8 +1,11 @@
 """Regret versus measurements, replayed from whole_space_gpu.py's H200 measurements (CPU; no GPU needed).
 
 A search that measures plan p observes exactly the time measured for p in the whole-space run. Strategies:
-learned (measure plans in the shipped model's predicted order), analytic (the roofline model's order),
-TPE (Optuna's sampler over the space's parameters, 5 seeds), random (20 permutations). Regret after n
+learned (measure plans in the shipped model's predicted order), learned+refit (the same, the model corrected
+on the plans measured so far every --refit-every plans and the rest re-ranked, as the search's ranked sampler
+does; a multi-kernel plan's measured time is split over its kernels in proportion to their predictions, where
+the live search times each kernel alone), analytic (the roofline model's order), TPE (Optuna's sampler over
+the space's parameters, 5 seeds), random (20 permutations). Regret after n
 measurements = (best measured so far − whole-space best) / whole-space best; failed plans count as measured.
 
     python benchmarks/prune_replay.py benchmarks/results/h200-2026-12-02-whole-space --out DIR"""
@@ -22,7 +25,8 @@ import torch
 import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, H200
-from fusionsearch.costmodel.learned import load, plan_time_us
+from fusionsearch.costmodel.learned import load, per_plan, plan_time_us, plans_matrix
+from fusionsearch.costmodel.refit import StudyRefit
 from fusionsearch.search.plan import Plan
 from fusionsearch.search.space import enumerate_space
 
@@ -48,6 +52,31 @@ def tpe_curve(space: object, times: dict[str, float], best: float, n: int, seed:
     return curve([t.value if t.value < 1e12 else math.inf for t in study.trials], best)
 
 
+def refit_order(model: object, plans: dict[str, Plan], times: dict[str, float], steps: int, every: int) -> list[str]:
+    """The order in which a ranked search that refits its model every `every` measured plans measures the
+    plans: refitted for the first `steps` plans, the rest in the last model's order."""
+    refit = StudyRefit(model, H200, every)
+    keys = list(plans)
+    X, starts = plans_matrix([plans[k] for k in keys], H200)
+    current, order, left = model, [], set(keys)
+    while left:
+        kernel_pred = current.predict(X)
+        predicted = dict(zip(keys, per_plan(kernel_pred, starts), strict=True))
+        ranked = sorted(left, key=lambda k: predicted[k])
+        if len(order) >= steps:
+            return order + ranked
+        pick = ranked[0]
+        order.append(pick)
+        left.remove(pick)
+        if math.isfinite(times[pick]):
+            i = keys.index(pick)
+            lo, hi = (starts[i - 1] if i else 0), (starts[i] if i < len(starts) else len(kernel_pred))
+            share = kernel_pred[lo:hi] / kernel_pred[lo:hi].sum()
+            if refit.add(plans[pick], list(times[pick] * share)):
+                current = refit.refit()
+    return order
+
+
 def mean_curves(curves: list[list[float]]) -> list[float]:
     return [sum(c[i] for c in curves) / len(curves) for i in range(len(curves[0]))]
 
@@ -57,6 +86,7 @@ def main() -> None:
     ap.add_argument("results")
     ap.add_argument("--out", default="out")
     ap.add_argument("--model", default=DEFAULT_MODEL_PATH)
+    ap.add_argument("--refit-every", type=int, default=4)
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.makedirs(args.out, exist_ok=True)
@@ -74,7 +104,9 @@ def main() -> None:
         n = math.ceil(len(times) / 10)
         learned = sorted(times, key=lambda pj: plan_time_us(model, plans[pj], H200))
         analytic = sorted(times, key=lambda pj: estimate(plans[pj], H200).time_us)
+        refitted = refit_order(model, plans, times, n, args.refit_every)
         curves = {"learned": curve([times[p] for p in learned], best),
+                  "learned+refit": curve([times[p] for p in refitted], best),
                   "analytic": curve([times[p] for p in analytic], best)}
         rng = random.Random(0)
         perms = [rng.sample(list(times), len(times)) for _ in range(20)]

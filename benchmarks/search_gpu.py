@@ -13,7 +13,7 @@ import time
 import torch
 
 import fusionsearch as fs
-from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS
+from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
 from fusionsearch.measure import time_callable
 from fusionsearch.search.study import SearchOptions, run_study
 
@@ -29,7 +29,7 @@ def main() -> None:
     for c in REFERENCE_CASES:
         if args.cases and c["workload"] not in args.cases.split(","):
             continue
-        name = f"{c['workload']} " + " ".join(f"{k}{v}" for k, v in c["shape"].items() if k != "T")
+        name = case_name(c)
         g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
         inputs = fs.random_inputs(g, seed=0, device="cuda")
         eager = time_callable(lambda fn=WORKLOADS[c["workload"]].torch_fn, i=inputs: fn(*i)).median_us

@@ -59,7 +59,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
                          study_name=args.study, seed=args.seed, timeout=args.timeout,
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
-                         cost_model=args.cost_model)
+                         cost_model=args.cost_model, refit_every=args.refit_every)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
     from fusionsearch.search.study import resolve_backend
@@ -128,7 +128,7 @@ def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
 
-    hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter}
+    hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags}
     result = train(args.data, args.out, folds=args.folds, **hyper)
     cv = result["cv"]
     print(f"cross-validation, {cv['folds']} folds holding out whole graphs (plan rankings within each graph):")
@@ -160,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bfloat16", help="dtype of a workload (bfloat16, float16, float32)")
     p.add_argument("--trials", type=int, default=32, help="total trials of the study (default 32)")
     p.add_argument("--backend", default="auto", help="auto (gpu when present), gpu, interpret (CPU), model")
-    p.add_argument("--sampler", default="tpe", help="tpe (default), brute (exhaustive), random")
+    p.add_argument("--sampler", default="auto",
+                   help="auto (ranked with a learned cost model, else tpe), ranked (measure in the cost model's "
+                        "order), tpe, brute (exhaustive), random")
     p.add_argument("--storage", default=None, help="Optuna storage URL (sqlite:///f.db, postgresql://..., journal:f)")
     p.add_argument("--study", default=None, help="study name, to resume or to share between workers")
     p.add_argument("--seed", type=int, default=0)
@@ -170,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write plan.json, the exported kernels and report.md here")
     p.add_argument("--cost-model", default="auto",
                    help="auto (learned model when one matches this GPU), analytic, learned, or a .skops file")
+    p.add_argument("--refit-every", type=int, default=4,
+                   help="on the GPU, correct the learned model on this search's measured kernels every N measured "
+                        "plans (default 4; 0 never)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_search)
     p = sub.add_parser("explain", help="explain a saved plan (a search's --out directory or its plan.json)")
@@ -192,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds, whole graphs held out (default 5)")
     p.add_argument("--learning-rate", type=float, default=0.1, help="gradient boosting learning rate (default 0.1)")
     p.add_argument("--max-iter", type=int, default=300, help="boosting iterations (default 300)")
+    p.add_argument("--bags", type=int, default=5, help="models averaged, each on 80%% of the graphs (default 5)")
     p.set_defaults(func=_cmd_costmodel_train)
     p = cm_sub.add_parser("evaluate", help="rank each graph's plans with a model and compare to the measurements")
     p.add_argument("model", help="model file written by `costmodel train`")

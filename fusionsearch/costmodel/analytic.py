@@ -27,7 +27,8 @@ from fusionsearch.search.plan import (
     template_operands,
 )
 
-__all__ = ["Estimate", "KernelEstimate", "estimate", "fits", "prologue_reads_ok", "ctas_per_sm"]
+__all__ = ["Estimate", "KernelEstimate", "ctas_per_sm", "estimate", "fits", "least_bytes", "matmul_flops",
+           "pointwise_work", "prologue_reads_ok", "smem_bytes"]
 
 TRANSCENDENTAL_FLOPS = 8  # an op that calls libdevice (exp, erf, tanh, ...) costs several fp32 instructions
 POINTWISE_WARPS = 4
@@ -104,7 +105,7 @@ def _op_flops(node: Node) -> int:
     return TRANSCENDENTAL_FLOPS if get_op(node.op).needs_fp32 else 1
 
 
-def _work(g: OpGraph, nodes: Iterable[str]) -> int:
+def pointwise_work(g: OpGraph, nodes: Iterable[str]) -> int:
     """Elementwise flop of computing `nodes` once over their own shapes."""
     total = 0
     for n in nodes:
@@ -138,16 +139,28 @@ def _bandwidth_share(ctas: int, hw: Hardware) -> float:
     return min(1.0, max(ctas, 1) / hw.multiprocessors)
 
 
+def least_bytes(g: OpGraph) -> int:
+    """The fewest bytes any implementation of the graph moves: each input read once (a table read only through
+    row gathers, the rows gathered) and each output written once: the memory side of the roofline floor."""
+    computed = [n for n in g.topo_order() if g.node(n).op != "input"]
+    return _leaf_bytes(g, set(computed), computed) + sum(g.node(o).nbytes for o in dict.fromkeys(g.outputs))
+
+
+def matmul_flops(g: OpGraph) -> int:
+    """The graph's matmul work (flop): 2*B*M*N*K summed over its matmuls (the pointwise work is noise beside it)."""
+    return sum(2 * p.batch * p.m * p.n * p.k for p in (problem(g, mm) for mm in g.nodes_of_kind("template")))
+
+
 # ---- matmul templates ----------------------------------------------------------------------------
 
-def _smem_bytes(cfg: TileConfig, itemsize: int) -> int:
+def smem_bytes(cfg: TileConfig, itemsize: int) -> int:
     """Shared memory of the software pipeline (bytes): `num_stages` buffers of one A and one B tile."""
     return cfg.num_stages * (cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n) * itemsize
 
 
 def ctas_per_sm(cfg: TileConfig, itemsize: int, hw: Hardware = H200) -> int:
     """CTAs of this config resident on one multiprocessor, limited by shared memory and threads (at least 1)."""
-    by_smem = hw.shared_memory_bytes // max(1, _smem_bytes(cfg, itemsize))
+    by_smem = hw.shared_memory_bytes // max(1, smem_bytes(cfg, itemsize))
     by_threads = MAX_THREADS_PER_SM // (32 * cfg.num_warps)
     return max(1, min(by_smem, by_threads, MAX_CTAS_PER_SM))
 
@@ -161,7 +174,7 @@ def fits(g: OpGraph, mm: str, cfg: TileConfig, hw: Hardware = H200) -> bool:
     problem padded to a power of two (min 16), and every split-K slice has at least one K block."""
     p = problem(g, mm)
     itemsize = g.node(template_operands(g, mm)["A"]).dtype.itemsize
-    if _smem_bytes(cfg, itemsize) > hw.shared_memory_bytes:
+    if smem_bytes(cfg, itemsize) > hw.shared_memory_bytes:
         return False
     for block, size in ((cfg.block_m, p.m), (cfg.block_n, p.n), (cfg.block_k, p.k)):
         if block > max(16, _next_pow2(size)):
@@ -211,12 +224,12 @@ def _template(g: OpGraph, k: TemplateKernel, i: int, stored: set[str], hw: Hardw
     bias = [ops["bias"]] if "bias" in ops else []
     epi_read = _leaf_bytes(g, region, k.epilogue, bias)
     written = sum(g.node(n).nbytes for n in stored)
-    epi_flops = _work(g, k.epilogue) + (g.node(k.matmul).numel if bias else 0)
+    epi_flops = pointwise_work(g, k.epilogue) + (g.node(k.matmul).numel if bias else 0)
 
     # Work: every CTA recomputes the prologue on the operand slice it loads, so prologue work repeats
     # once per column (A) or row (B) of tiles whatever L2 saves; the tensor cores also do the padding.
     mm_flops = 2 * p.batch * p.m * p.n * p.k
-    pro_flops = _work(g, k.prologue_a) * tiles_n + _work(g, k.prologue_b) * tiles_m
+    pro_flops = pointwise_work(g, k.prologue_a) * tiles_n + pointwise_work(g, k.prologue_b) * tiles_m
     padded = 2 * p.batch * (tiles_m * cfg.block_m) * (tiles_n * cfg.block_n) * (k_blocks * cfg.block_k)
     quantisation = waves * slots / ctas
     main_compute = (padded / hw.peak(a_dtype) + pro_flops / hw.elementwise_flops) * 1e6 * quantisation
@@ -246,7 +259,7 @@ def _template(g: OpGraph, k: TemplateKernel, i: int, stored: set[str], hw: Hardw
 def _pointwise(g: OpGraph, k: PointwiseKernel, i: int, stored: set[str], hw: Hardware) -> KernelEstimate:
     read = _leaf_bytes(g, set(k.nodes), k.nodes)
     written = sum(g.node(n).nbytes for n in stored)
-    flops = _work(g, k.nodes)
+    flops = pointwise_work(g, k.nodes)
     numel = max((g.node(n).numel for n in stored), default=max(g.node(n).numel for n in k.nodes))
     blocks = max(1, math.ceil(numel / POINTWISE_BLOCK))
     memory = (read + written) / (hw.bandwidth_bytes_per_s * _bandwidth_share(blocks, hw)) * 1e6

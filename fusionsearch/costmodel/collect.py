@@ -18,15 +18,19 @@ import torch
 
 from fusionsearch.datasets.measurements import append_rows, read_rows
 from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
+from fusionsearch.measure.bench import kernel_times
 
 
-def hardware_signature() -> dict[str, str]:
-    """What a measurement depends on beyond the kernel: device, driver/CUDA, torch and triton versions."""
+def hardware_signature() -> dict[str, Any]:
+    """What a measurement depends on beyond the kernel: device, driver/CUDA, torch and triton versions, and
+    the cost model's profile of the device (`profile`, Hardware.to_dict), which features are computed with."""
     import triton
+
+    from fusionsearch.costmodel.hardware import Hardware
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
     return {"device": device, "cuda": str(torch.version.cuda), "torch": torch.__version__,
-            "triton": triton.__version__}
+            "triton": triton.__version__, "profile": Hardware.detect().to_dict()}
 
 
 def plan_id(plan: Any) -> str:
@@ -126,12 +130,15 @@ def _wall_clock(fn: Any, warmup_ms: int = 0, rep_ms: int = 0) -> Any:
     return Timing((time.perf_counter() - t) * 1e6)
 
 
-def _measure_plan(g: Any, gid: str, plan: Any, failure: str, inputs: Any, refs: Any, hw: Any, sig: dict[str, str],
+def _measure_plan(g: Any, gid: str, plan: Any, failure: str, inputs: Any, refs: Any, hw: Any, sig: dict[str, Any],
                   options: CollectOptions, schema: int, kernel_features: Any, validate: Any, time_callable: Any
                   ) -> list[dict[str, Any]]:
     """One row per kernel of the plan: status, measured µs (ok rows), features."""
     pid = plan_id(plan)
-    base = {"graph_id": gid, "plan_id": pid, "schema_version": schema, "hardware": sig}
+    # The graph spec and the plan travel with the measurement, so a later feature schema recomputes the
+    # features of these rows instead of discarding what was measured.
+    base = {"graph_id": gid, "plan_id": pid, "schema_version": schema, "hardware": sig, "graph": g.to_dict(),
+            "plan": plan.to_dict()}
     status, reason, times = "ok", "", [float("nan")] * len(plan.kernels)
     if failure:
         status, reason = ("timed_out" if "timed out" in failure else "compile_failed"), failure
@@ -141,8 +148,7 @@ def _measure_plan(g: Any, gid: str, plan: Any, failure: str, inputs: Any, refs: 
             status, reason = "invalid", v.reason
         else:
             try:
-                steps, _ = plan.compile().module.steps(*inputs)
-                times = [time_callable(s, options.warmup_ms, options.rep_ms).median_us for s in steps]
+                times = kernel_times(plan, inputs, options.warmup_ms, options.rep_ms, time_callable)
             except Exception as e:  # a launch failure marks this plan, the collection goes on
                 status, reason = "compile_failed", failure_reason(e, 300)
     rows = []

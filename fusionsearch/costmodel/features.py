@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,18 +17,19 @@ import torch
 from fusionsearch.codegen.dtypes import LOW_PRECISION, compute_dtype
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.templates import problem
-from fusionsearch.costmodel.analytic import Estimate, KernelEstimate
+from fusionsearch.costmodel.analytic import Estimate, KernelEstimate, ctas_per_sm, pointwise_work, smem_bytes
 from fusionsearch.costmodel.analytic import estimate as analytic_estimate
 from fusionsearch.costmodel.hardware import Hardware
-from fusionsearch.errors import CostModelError
-from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.errors import CostModelError, FusionSearchError
+from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.registry import get_op
+from fusionsearch.graph.spec import graph_from_dict
 from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel, template_operands
 
 __all__ = ["ANALYTIC_FEATURE", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "kernel_features", "plan_features",
-           "to_matrix"]
+           "recompute_features", "to_matrix"]
 
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2
 
 # The analytic model's kernel time (µs): the baseline the learned model corrects and is compared against.
 ANALYTIC_FEATURE = "roofline_us"
@@ -50,6 +52,15 @@ FEATURE_NAMES: tuple[str, ...] = (
     "a_bits", "b_bits", "load_bits_min", "load_bits_max", "out_bits",
     # problem shape (log2; numel for pointwise and extern kernels) and the share of tensor-core work not padding
     "log2_m", "log2_n", "log2_k", "log2_batch", "log2_numel", "pad_efficiency",
+    # how the template's tiles occupy the machine (v2): K steps per CTA, pipeline shared memory (KiB), resident
+    # CTAs per SM, the last wave's fill, CTAs launched (log2), fp32 accumulator and operand elements per thread,
+    # the share of each block the problem fills, the split-K actually run
+    "k_steps", "smem_kib", "ctas_per_sm", "wave_efficiency", "log2_ctas", "acc_per_thread", "operand_per_thread",
+    "m_fill", "n_fill", "split_k_run",
+    # what the prologues and epilogue cost inside the template (v2): their recomputed work (log2 flop), prologue
+    # ops per thread per K step, the narrowest value a prologue loads (bits), operand layouts (1 = contiguous)
+    "pro_a_work", "pro_b_work", "epi_work", "pro_a_per_thread", "pro_b_per_thread",
+    "pro_a_source_bits", "pro_b_source_bits", "a_k_contiguous", "b_k_contiguous", "b_n_contiguous",
 )
 
 # Which regions compute low-precision arithmetic in fp32: the code generator's defaults, read from it so
@@ -159,9 +170,51 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
         padded = (math.ceil(p.m / cfg.block_m) * cfg.block_m * math.ceil(p.n / cfg.block_n) * cfg.block_n
                   * math.ceil(p.k / cfg.block_k) * cfg.block_k)
         f["pad_efficiency"] = p.m * p.n * p.k / padded
+        f.update(_occupancy(g, k, hw))
     else:
         f["log2_numel"] = _log2(max(g.node(n).numel for n in outs))
     return f
+
+
+def _occupancy(g: OpGraph, k: TemplateKernel, hw: Hardware) -> dict[str, float]:
+    """The v2 template features: how the tile config occupies the machine and what the fused regions cost."""
+    cfg, p, ops = k.config, problem(g, k.matmul), template_operands(g, k.matmul)
+    a, b = g.node(ops["A"]), g.node(ops["B"])
+    k_blocks = math.ceil(p.k / cfg.block_k)
+    split = max(1, min(cfg.split_k, k_blocks))  # as codegen.templates clamps it
+    tiles_m, tiles_n = math.ceil(p.m / cfg.block_m), math.ceil(p.n / cfg.block_n)
+    resident = ctas_per_sm(cfg, a.dtype.itemsize, hw)
+    ctas, slots = tiles_m * tiles_n * split * p.batch, hw.multiprocessors * resident
+    threads = 32 * cfg.num_warps
+    return {
+        "k_steps": float(math.ceil(k_blocks / split)),
+        "smem_kib": smem_bytes(cfg, a.dtype.itemsize) / 1024,
+        "ctas_per_sm": float(resident),
+        "wave_efficiency": ctas / (math.ceil(ctas / slots) * slots),
+        "log2_ctas": _log2(ctas),
+        "acc_per_thread": cfg.block_m * cfg.block_n / threads,
+        "operand_per_thread": (cfg.block_m + cfg.block_n) * cfg.block_k / threads,
+        "m_fill": min(1.0, p.m / cfg.block_m), "n_fill": min(1.0, p.n / cfg.block_n),
+        "split_k_run": float(split),
+        "pro_a_work": _log2(pointwise_work(g, k.prologue_a) * tiles_n),
+        "pro_b_work": _log2(pointwise_work(g, k.prologue_b) * tiles_m),
+        "epi_work": _log2(pointwise_work(g, k.epilogue)),
+        "pro_a_per_thread": len(k.prologue_a) * cfg.block_m * cfg.block_k / threads,
+        "pro_b_per_thread": len(k.prologue_b) * cfg.block_k * cfg.block_n / threads,
+        "pro_a_source_bits": _narrowest_load(g, k.prologue_a), "pro_b_source_bits": _narrowest_load(g, k.prologue_b),
+        "a_k_contiguous": _unit_stride(a, -1), "b_k_contiguous": _unit_stride(b, -2),
+        "b_n_contiguous": _unit_stride(b, -1),
+    }
+
+
+def _narrowest_load(g: OpGraph, nodes: Sequence[str]) -> float:
+    """Bits of the narrowest value a fused region loads (0 without a region): an int8 weight shows as 8."""
+    loaded = _loaded(g, nodes)
+    return float(min(_bits(g.node(n).dtype) for n in loaded)) if loaded else 0.0
+
+
+def _unit_stride(node: Node, dim: int) -> float:
+    return 1.0 if len(node.strides) >= 2 and node.strides[dim] == 1 else 0.0
 
 
 def _analytic(ke: KernelEstimate, hw: Hardware) -> dict[str, float]:
@@ -177,6 +230,46 @@ def plan_features(plan: Plan, hw: Hardware) -> list[dict[str, float]]:
     """kernel_features of every kernel of `plan`, in plan order (the plan is priced once)."""
     est = analytic_estimate(plan, hw)
     return [kernel_features(plan, i, hw, est) for i in range(len(plan.kernels))]
+
+
+def recompute_features(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Measured rows in this feature schema: rows of it as they are, older rows re-featured from the graph spec,
+    plan and hardware profile they carry (so a schema change never discards measurements). Returns the rows
+    and how many could not be re-featured (no graph, plan or profile, or ones this fusionsearch cannot read)."""
+    out: list[dict[str, Any]] = []
+    graphs: dict[str, OpGraph | None] = {}
+    plans: dict[tuple[str, str], list[dict[str, float]] | None] = {}
+    dropped = 0
+    for r in rows:
+        if r.get("schema_version") == FEATURE_SCHEMA_VERSION:
+            out.append(dict(r))
+            continue
+        key = (str(r.get("graph_id")), str(r.get("plan_id")))
+        if key not in plans:
+            plans[key] = _features_of_row(r, graphs)
+        per_kernel, i = plans[key], r.get("kernel_index")
+        if per_kernel is None or not isinstance(i, int) or not 0 <= i < len(per_kernel):
+            dropped += 1
+            continue
+        out.append({**r, "schema_version": FEATURE_SCHEMA_VERSION, "features": per_kernel[i]})
+    return out, dropped
+
+
+def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None]) -> list[dict[str, float]] | None:
+    """plan_features of the plan a row carries, on the profile it was measured with; None when unreadable."""
+    hardware = row.get("hardware")
+    if not (isinstance(row.get("graph"), dict) and isinstance(row.get("plan"), dict) and isinstance(hardware, dict)):
+        return None
+    gid = str(row.get("graph_id"))
+    try:
+        hw = Hardware.from_dict(hardware.get("profile"))
+        if gid not in graphs:
+            graphs[gid] = graph_from_dict(row["graph"], f"graph {gid}")
+        g = graphs[gid]
+        return plan_features(Plan.from_dict(row["plan"], g), hw) if g is not None else None
+    except (FusionSearchError, ValueError):
+        graphs.setdefault(gid, None)
+        return None
 
 
 def to_matrix(rows: Sequence[Mapping[str, float]]) -> np.ndarray:

@@ -13,8 +13,10 @@ from fusionsearch.graph.registry import dtype_name
 
 # The learned model shipped for the device it was trained on; the search only loads it (and scikit-learn)
 # when the file exists.
-DEFAULT_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "datasets", "data", "costmodel.skops")
+_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "datasets", "data")
+DEFAULT_MODEL_PATH = os.path.join(_DATA_DIR, "costmodel.skops")
+# The measurements the shipped model was trained on; a search refits the model on them plus its own.
+DEFAULT_DATA_PATH = os.path.join(_DATA_DIR, "h200-measurements.jsonl.gz")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,23 @@ class Hardware:
         d = asdict(self)
         d["peak_flops"] = dict(sorted(self.peak_flops.items()))
         return d
+
+    @staticmethod
+    def from_dict(record: Any) -> Hardware:
+        """The profile `to_dict` wrote; a ValueError names what is missing or malformed."""
+        names = ("name", "multiprocessors", "bandwidth_bytes_per_s", "peak_flops", "shared_memory_bytes",
+                 "l2_bytes", "launch_us")
+        if not isinstance(record, dict) or any(n not in record for n in names):
+            raise ValueError(f"a hardware profile needs the fields {', '.join(names)}")
+        peaks = record["peak_flops"]
+        if not isinstance(peaks, dict) or "float32" not in peaks:
+            raise ValueError("a hardware profile's peak_flops must map dtype names to flop/s, float32 included")
+        try:
+            return Hardware(str(record["name"]), int(record["multiprocessors"]), float(record["bandwidth_bytes_per_s"]),
+                            {str(k): float(v) for k, v in peaks.items()}, int(record["shared_memory_bytes"]),
+                            int(record["l2_bytes"]), float(record["launch_us"]))
+        except (TypeError, ValueError):
+            raise ValueError("a hardware profile holds a field that is not a number") from None
 
     def signature(self) -> str:
         """One readable line naming the figures, for logs and cache keys."""

@@ -16,7 +16,13 @@ import numpy as np
 from scipy import stats
 from sklearn.model_selection import GroupKFold
 
-from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_NAMES, FEATURE_SCHEMA_VERSION, to_matrix
+from fusionsearch.costmodel.features import (
+    ANALYTIC_FEATURE,
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    recompute_features,
+    to_matrix,
+)
 from fusionsearch.costmodel.learned import LearnedCostModel
 from fusionsearch.datasets.measurements import read_rows
 from fusionsearch.errors import CostModelError
@@ -29,17 +35,19 @@ Dataset = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
 
 
 def _schema_rows(path: str) -> list[dict[str, Any]]:
-    """Every row of the current feature schema (any status); CostModelError when the file has none."""
+    """Every row in the current feature schema (any status), older rows re-featured from the graph and plan
+    they carry; CostModelError when the file has none."""
     if not os.path.isfile(path):
         raise CostModelError(f"{path}: no such dataset file")
     rows = read_rows(path)
     if not rows:
         raise CostModelError(f"{path}: the dataset holds no rows; collect measurements first")
-    current = [r for r in rows if isinstance(r, dict) and r.get("schema_version") == FEATURE_SCHEMA_VERSION]
+    current, _ = recompute_features([r for r in rows if isinstance(r, dict)])
     if not current:
         seen = sorted({str(r.get("schema_version")) for r in rows if isinstance(r, dict)})
         raise CostModelError(f"{path}: no rows of feature schema v{FEATURE_SCHEMA_VERSION} "
-                             f"(found v{', v'.join(seen)}); collect the measurements again with this fusionsearch")
+                             f"(found v{', v'.join(seen)}, without the graph and plan to recompute them); collect "
+                             "the measurements again with this fusionsearch")
     return current
 
 
@@ -112,7 +120,7 @@ def _oof_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: in
     pred = np.full(len(y), np.nan)
     held_out = []
     for train_idx, test_idx in cv_splits(groups, folds):
-        model = _model(hyper).fit(X[train_idx], y[train_idx])
+        model = _model(hyper).fit(X[train_idx], y[train_idx], groups=groups[train_idx])
         pred[test_idx] = model.predict(X[test_idx])
         held_out.append(sorted(set(groups[test_idx].tolist())))
     return pred, held_out
@@ -137,7 +145,7 @@ def train(data_path: str, out_path: str, folds: int = 5, **hyper: Any) -> dict[s
     (`cv`: the held-out figures of `cross_validate`) with the row and graph counts."""
     X, y, groups, rows, every = _load(data_path)
     cv = _cross_validate(X, y, groups, rows, every, folds, hyper)
-    model = _model(hyper).fit(X, y, hardware=_hardware(rows, data_path))
+    model = _model(hyper).fit(X, y, hardware=_hardware(rows, data_path), groups=groups)
     model.save(out_path)
     return {"model_path": out_path, "rows": len(rows), "graphs": len(set(groups.tolist())),
             "params": model.get_params(), "cv": cv}

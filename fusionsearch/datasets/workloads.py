@@ -142,6 +142,11 @@ REFERENCE_CASES: list[dict[str, Any]] = [
 ]
 
 
+def case_name(case: dict[str, Any]) -> str:
+    """'gather_mm M64 K4096 N4096': a reference case as the anchors name it (a gather's table rows T left out)."""
+    return f"{case['workload']} " + " ".join(f"{k}{v}" for k, v in case["shape"].items() if k != "T")
+
+
 def list_workloads() -> list[str]:
     """Names of the built-in workloads."""
     return list(WORKLOADS)

@@ -1,4 +1,5 @@
-"""Timing on the GPU: triton.testing.do_bench (median, L2 flushed) of the whole compiled plan."""
+"""Timing on the GPU: triton.testing.do_bench (median, L2 flushed) of the whole compiled plan, or of each of
+its kernels alone (what the learned cost model is trained on)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,37 @@ def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25,
         raise
     except Exception as e:
         return Timing(float("inf"), ok=False, reason=failure_reason(e))
+
+
+def kernel_times(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 5, rep_ms: int = 25,
+                 timer: Callable[..., Timing] | None = None) -> list[float]:
+    """Median time (µs) of each kernel of the plan run alone, in plan order; raises what compiling or
+    launching raises. `timer` replaces time_callable (the collector's CPU stand-in)."""
+    steps, _ = plan.compile().module.steps(*inputs)  # type: ignore[attr-defined]
+    timer = timer or time_callable
+    return [timer(step, warmup_ms, rep_ms).median_us for step in steps]
+
+
+COPY_BYTES = 1 << 30  # the bandwidth probe copies 1 GiB: far beyond L2, long enough to hide launch cost
+PEAK_SIZE = 8192  # the compute probe: one PEAK_SIZE^3 bf16 mm
+
+
+def measure_ceilings() -> dict[str, float]:
+    """This GPU's DRAM bandwidth (bytes/s, a device-to-device copy: read + write) and bf16 matmul peak
+    (flop/s), timed with the harness every other figure uses, so that a roofline floor is in that run's units."""
+    copy, mm = _copy_us(), _mm_us()
+    torch.cuda.empty_cache()
+    return {"bandwidth_bytes_per_s": 2 * COPY_BYTES / (copy * 1e-6), "copy_us": copy,
+            "peak_flops": 2 * PEAK_SIZE**3 / (mm * 1e-6), "mm_us": mm}
+
+
+def _copy_us() -> float:
+    src = torch.empty(COPY_BYTES // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    return time_callable(lambda: dst.copy_(src)).median_us
+
+
+def _mm_us() -> float:
+    a = torch.randn(PEAK_SIZE, PEAK_SIZE, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn_like(a)
+    return time_callable(lambda: torch.mm(a, b)).median_us

@@ -23,12 +23,15 @@ class TrialRecord:
     predicted_us: float | None
     measured_us: float | None
     reason: str
+    kernel_us: list[float] | None = None  # each kernel alone (µs), when the search refits its learned model
+    refit: str = ""  # what this trial's measurement did to the learned model
 
     @staticmethod
     def from_trial(t: Any) -> TrialRecord:
         ua = t.user_attrs
         return TrialRecord(t.number, t.state.name.lower(), ua.get("status", t.state.name.lower()), dict(t.params),
-                           t.value, ua.get("predicted_us"), ua.get("measured_us"), ua.get("reason", ""))
+                           t.value, ua.get("predicted_us"), ua.get("measured_us"), ua.get("reason", ""),
+                           ua.get("kernel_us"), ua.get("refit", ""))
 
 
 @dataclass
@@ -47,6 +50,8 @@ class TuneResult:
     elapsed_s: float
     storage: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    cost_model: str = "analytic"  # which model priced the trials: "analytic" or "learned (<GPU it was trained on>)"
+    sampler: str = ""
 
     def counts(self) -> dict[str, int]:
         """Trials by status: measured, pruned (cost model, bytes rule, illegal), invalid, failed."""
@@ -72,9 +77,9 @@ class TuneResult:
 
         est = estimate(self.best, self.hardware)
         g = self.graph
-        lines = [f"best plan: {self.best_us:.1f} us ({'measured' if self.backend == 'gpu' else 'predicted'}, "
-                 f"backend {self.backend}); predicted {est.time_us:.1f} us; "
-                 f"{est.bytes_read / 1e6:.2f} MB read, {est.bytes_written / 1e6:.2f} MB written"]
+        how = "measured" if self.backend == "gpu" else f"predicted by the {self.cost_model} cost model"
+        lines = [f"best plan: {self.best_us:.1f} us ({how}, backend {self.backend}); roofline model "
+                 f"{est.time_us:.1f} us; {est.bytes_read / 1e6:.2f} MB read, {est.bytes_written / 1e6:.2f} MB written"]
         for k, ke in zip(self.best.kernels, est.per_kernel, strict=True):
             head = f"  kernel {ke.index}: {k.kind}"
             if isinstance(k, TemplateKernel):
@@ -92,7 +97,7 @@ class TuneResult:
             else:
                 head += f" [{', '.join(k.nodes)}]"
             head += (f"\n      {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "
-                     f"{ke.flops / 1e9:.2f} GFLOP, predicted {ke.time_us:.1f} us")
+                     f"{ke.flops / 1e9:.2f} GFLOP, roofline model {ke.time_us:.1f} us")
             lines.append(head)
         counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items()))
         lines.append(f"trials: {len(self.trials)} ({counts}); search took {self.elapsed_s:.1f} s")
@@ -102,7 +107,8 @@ class TuneResult:
         """A markdown report (best plan, explain, trial table) with the study history as a PNG beside it
         when matplotlib is installed."""
         lines = [f"# fusionsearch report: study {self.study_name}", "",
-                 f"- backend: {self.backend}; hardware: {getattr(self.hardware, 'name', '?')}",
+                 f"- backend: {self.backend}; hardware: {getattr(self.hardware, 'name', '?')}; cost model: "
+                 f"{self.cost_model}; sampler: {self.sampler or '?'}",
                  f"- best: {self.best_us:.2f} us", f"- trials: {len(self.trials)} {self.counts()}", "",
                  "## Best plan", "", "```", self.best.describe(), "```", "", "## Explain", "", "```",
                  self.explain(), "```", ""]
@@ -120,7 +126,8 @@ class TuneResult:
         return path
 
     def to_dict(self) -> dict[str, Any]:
-        return {"study": self.study_name, "backend": self.backend, "best_us": self.best_us,
+        return {"study": self.study_name, "backend": self.backend, "cost_model": self.cost_model,
+                "sampler": self.sampler, "best_us": self.best_us,
                 "best_plan": json.loads(self.best.to_json()), "counts": self.counts(), "elapsed_s": self.elapsed_s,
                 "trials": [t.__dict__ for t in self.trials]}
 

@@ -18,11 +18,12 @@ import torch
 from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
+from fusionsearch.search.ranked import PlanRanking, RankedSampler
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.space import Space, enumerate_space, seed_plans
 
 BACKENDS = ("auto", "gpu", "interpret", "model")
-SAMPLERS = ("tpe", "brute", "random")
+SAMPLERS = ("auto", "ranked", "tpe", "brute", "random")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class SearchOptions:
 
     trials: int = 64
     backend: str = "auto"
-    sampler: str = "tpe"
+    sampler: str = "auto"  # auto: ranked with a learned cost model, tpe with the analytic one
     storage: str | None = None
     study_name: str | None = None
     seed: int = 0
@@ -45,12 +46,16 @@ class SearchOptions:
     compile_workers: int | None = None  # gpu backend: parallel compile processes (None: cores - 1, 0: none)
     heartbeat_s: int = 10  # RDB storages: a worker silent for 3 heartbeats has its trial failed and retried
     cost_model: str = "auto"  # auto: the shipped learned model when it matches this GPU, else analytic
+    refit_every: int = 4  # gpu backend with a learned model: correct it on this search's kernels every N plans
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(".skops"):
             raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a .skops model file")
+        if isinstance(self.refit_every, bool) or not isinstance(self.refit_every, int) or self.refit_every < 0:
+            raise SpecError(f"refit_every must be a whole number of measured plans (0: never), "
+                            f"got {self.refit_every!r}")
         if self.sampler not in SAMPLERS:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
@@ -74,6 +79,15 @@ def _cost_model(choice: str) -> Any:
         raise FusionSearchError("no shipped learned cost model matches this device; train one "
                                 "(fusionsearch costmodel collect/train) and pass its .skops file")
     return model
+
+
+def _study_refit(model: Any, options: SearchOptions, backend: str, hw: Any) -> Any:
+    """The refitter of the learned model when this search measures on the GPU; None otherwise."""
+    if model is None or backend != "gpu" or options.refit_every == 0:
+        return None
+    from fusionsearch.costmodel.refit import StudyRefit
+
+    return StudyRefit(model, hw, options.refit_every)
 
 
 def resolve_backend(backend: str) -> str:
@@ -140,12 +154,22 @@ class _BruteForce(optuna.samplers.BruteForceSampler):
             self.exhausted = True
 
 
-def _sampler(options: SearchOptions, space: Space) -> optuna.samplers.BaseSampler:
-    if options.sampler == "brute":
-        return _BruteForce(seed=options.seed)
-    if options.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=options.seed)
-    return optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True, n_startup_trials=8)
+def _sampler_name(options: SearchOptions, objective: Objective) -> str:
+    if options.sampler != "auto":
+        return options.sampler
+    return "ranked" if objective.model is not None else "tpe"
+
+
+def _sampler(name: str, seed: int, objective: Objective) -> optuna.samplers.BaseSampler:
+    if name == "brute":
+        return _BruteForce(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "ranked":
+        ranking = PlanRanking(objective.space, objective.hw, lambda: objective.model,
+                              lambda plan: not objective.bytes_rule_refuses(plan), seed)
+        return RankedSampler(ranking, lambda: objective.model_version, seed)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
 
 
 class Objective:
@@ -158,6 +182,9 @@ class Objective:
         self.graph, self.space, self.options, self.backend, self.hw = graph, space, options, backend, hw
         self.estimate = estimate
         self.model = _cost_model(options.cost_model)
+        self.refit = _study_refit(self.model, options, backend, hw)
+        self.model_version = 0  # counts refits: the ranked sampler re-ranks when it changes
+        self.measured_plans: list[Plan] = []
         self.inputs = inputs
         self.best_measured_prediction = float("inf")
         self.best_value = float("inf")
@@ -178,13 +205,9 @@ class Objective:
         except PlanError as e:
             return self._prune(trial, "illegal", str(e))
         trial.set_user_attr("plan", plan.to_json())
-        if self.options.bytes_rule is not None:
-            for k in plan.kernels:
-                if isinstance(k, TemplateKernel):
-                    for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
-                        if nodes and not prologue_bytes_ok(self.graph, k.matmul, side, nodes, self.options.bytes_rule):
-                            return self._prune(trial, "bytes rule", f"prologue {side} of {k.matmul} reads more bytes "
-                                               f"than the unfused operand (factor > {self.options.bytes_rule})")
+        refused = self.bytes_rule_refuses(plan)
+        if refused:
+            return self._prune(trial, "bytes rule", refused)
         predicted = self.predict(plan)
         trial.set_user_attr("predicted_us", predicted)
         if predicted > self.best_measured_prediction * self.options.prune_margin:
@@ -206,14 +229,29 @@ class Objective:
                 return self._prune(trial, "invalid", reason)
             value = predicted
         else:
+            refits = self.refit.refits if self.refit else 0
             value = self._measure(trial, plan)
             if value == float("inf"):
                 return self._prune(trial, "failed", trial.user_attrs.get("reason", ""))
+            if self.refit and self.refit.refits != refits:
+                predicted = self.best_measured_prediction  # the refitted model's bar, this plan included
         trial.set_user_attr("status", {"gpu": "measured", "interpret": "validated", "model": "estimated"}[self.backend])
         if value < self.best_value:
             self.best_value = value
         self.best_measured_prediction = min(self.best_measured_prediction, predicted)
         return value
+
+    def bytes_rule_refuses(self, plan: Plan) -> str:
+        """Why the bytes rule refuses the plan's prologues ('' when it does not, or is lifted)."""
+        if self.options.bytes_rule is None:
+            return ""
+        for k in plan.kernels:
+            if isinstance(k, TemplateKernel):
+                for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
+                    if nodes and not prologue_bytes_ok(self.graph, k.matmul, side, nodes, self.options.bytes_rule):
+                        return (f"prologue {side} of {k.matmul} reads more bytes than the unfused operand "
+                                f"(factor > {self.options.bytes_rule})")
+        return ""
 
     def predict(self, plan: Plan) -> float:
         """The plan's predicted time (µs): the learned model where one matches this GPU, else the analytic one."""
@@ -260,7 +298,28 @@ class Objective:
             trial.set_user_attr("reason", f"failed: {t.reason}")
             return float("inf")
         trial.set_user_attr("measured_us", t.median_us)
+        if self.refit is not None:
+            self._learn(trial, plan, inputs)
         return t.median_us
+
+    def _learn(self, trial: optuna.Trial, plan: Plan, inputs: Sequence[torch.Tensor]) -> None:
+        """Time the measured plan's kernels alone for the refit; refit when due and re-price the measured
+        plans under the new model, so the pruning bar stays in one model's units."""
+        from fusionsearch.measure.bench import kernel_times
+
+        assert self.refit is not None
+        try:
+            kernel_us = kernel_times(plan, inputs)
+        except Exception as e:  # the plan was measured whole; without its kernels alone it teaches nothing
+            trial.set_user_attr("refit", f"kernels not timed alone: {failure_reason(e, 200)}")
+            return
+        trial.set_user_attr("kernel_us", kernel_us)
+        self.measured_plans.append(plan)
+        if self.refit.add(plan, kernel_us):
+            self.model = self.refit.refit()
+            self.model_version += 1
+            self.best_measured_prediction = min(self.predict(p) for p in self.measured_plans)
+            trial.set_user_attr("refit", f"model refitted on {self.refit.measured_kernels} kernels of this search")
 
 
 class _interpreter:
@@ -298,8 +357,10 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     storage = make_storage(options.storage, options.heartbeat_s) or optuna.storages.InMemoryStorage()
     name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
-    study = _open_study(name, storage, _sampler(options, space), options.trials, seed_plans(space))
     objective = Objective(graph, space, options, backend, inputs, hw)
+    sampler = _sampler_name(options, objective)
+    first = [] if sampler == "ranked" else seed_plans(space)  # ranked: its first trial is the model's best
+    study = _open_study(name, storage, _sampler(sampler, options.seed, objective), options.trials, first)
     for t in study.trials:  # a resumed study: its measured trials set the pruning bar
         if t.state == optuna.trial.TrialState.COMPLETE and "predicted_us" in t.user_attrs:
             objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
@@ -321,9 +382,12 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
         bar.close()
     records = [TrialRecord.from_trial(t) for t in study.trials]
     best = _best(study, space)
+    model = objective.model
+    priced_by = "analytic" if model is None else f"learned ({(model.hardware_ or {}).get('name', 'unknown GPU')})"
     return TuneResult(graph=graph, space=space, best=best[0], best_us=best[1], trials=records, backend=backend,
                       hardware=hw, study_name=name, elapsed_s=time.time() - start,
-                      storage=redact(options.storage) if options.storage else None)
+                      storage=redact(options.storage) if options.storage else None, cost_model=priced_by,
+                      sampler=sampler)
 
 
 def _open_study(name: str, storage: Any, sampler: optuna.samplers.BaseSampler, total: int,

@@ -11,7 +11,8 @@ import torch
 
 import fusionsearch as fs
 from fusionsearch.costmodel import H200, Hardware, estimate, fits
-from fusionsearch.costmodel.analytic import prologue_reads_ok
+from fusionsearch.costmodel.analytic import least_bytes, matmul_flops, prologue_reads_ok
+from fusionsearch.datasets.workloads import REFERENCE_CASES
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search import plan as P
 
@@ -202,3 +203,20 @@ def test_hardware_profile_is_a_loggable_hashable_value() -> None:
     g = fs.workload("w8_dequant_mm", dtype=torch.bfloat16)
     slow = replace(H200, bandwidth_bytes_per_s=H200.bandwidth_bytes_per_s / 2)
     assert estimate(P.fully_fused(g), slow).time_us > estimate(P.fully_fused(g)).time_us
+
+
+@pytest.mark.parametrize("case", REFERENCE_CASES, ids=lambda c: f"{c['workload']}-M{c['shape']['M']}")
+def test_the_roofline_floor_of_each_reference_case_is_the_anchors(case: dict) -> None:
+    """shared/anchors counted each input once (a gather's table by the rows gathered) and each output once,
+    at 4.27 TB/s and 706 TFLOP/s; the anchors round the peak, hence a tenth of a µs on compute-bound cases."""
+    g = fs.workload(case["workload"], dtype=torch.bfloat16, **case["shape"])
+    floor = max(least_bytes(g) / 4.27e12, matmul_flops(g) / 706e12) * 1e6
+    assert floor == pytest.approx(case["floor_us"], abs=0.35)
+
+
+def test_the_least_bytes_count_gathered_rows_and_each_value_once() -> None:
+    g = fs.workload("gather_mm", M=64, K=256, N=128, T=1000, dtype=torch.float32)
+    table, idx, w = (g.node(n) for n in g.inputs)
+    out = g.node(g.outputs[0])
+    assert least_bytes(g) == 64 * 256 * 4 + idx.nbytes + w.nbytes + out.nbytes < table.nbytes
+    assert matmul_flops(g) == 2 * 64 * 256 * 128

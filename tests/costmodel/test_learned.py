@@ -17,7 +17,7 @@ from sklearn.base import clone
 
 import fusionsearch as fs
 from fusionsearch import cli
-from fusionsearch.costmodel import H200, estimate, fits
+from fusionsearch.costmodel import H200, estimate
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     FEATURE_NAMES,
@@ -29,76 +29,8 @@ from fusionsearch.costmodel.features import (
 from fusionsearch.costmodel.learned import LearnedCostModel, load, load_default, plan_time_us
 from fusionsearch.costmodel.train import cross_validate, cv_splits, evaluate, load_dataset, train
 from fusionsearch.datasets.measurements import append_rows
-from fusionsearch.errors import CostModelError, PlanError
+from fusionsearch.errors import CostModelError
 from fusionsearch.search import plan as P
-from fusionsearch.search.space import enumerate_space
-
-GRAPHS = [  # (workload, shape, dtype): small shapes, every built-in workload, three dtypes
-    ("w8_dequant_mm", {"M": 16, "K": 512, "N": 512}, "bfloat16"),
-    ("w8_dequant_mm", {"M": 32, "K": 1024, "N": 256}, "float16"),
-    ("gather_mm", {"M": 64, "K": 256, "N": 512, "T": 1024}, "bfloat16"),
-    ("gather_mm", {"M": 16, "K": 512, "N": 256, "T": 512}, "float32"),
-    ("mm_bias_gelu", {"M": 16, "K": 1024, "N": 1024}, "bfloat16"),
-    ("mm_bias_gelu", {"M": 128, "K": 256, "N": 256}, "float32"),
-    ("cast_mm", {"M": 256, "K": 256, "N": 256}, "bfloat16"),
-    ("cast_mm", {"M": 512, "K": 512, "N": 128}, "float16"),
-    ("scale_mm", {"M": 256, "K": 512, "N": 512}, "bfloat16"),
-    ("scale_mm", {"M": 128, "K": 256, "N": 1024}, "float32"),
-    ("swiglu", {"M": 16, "D": 256, "H": 512}, "bfloat16"),
-    ("swiglu", {"M": 64, "D": 512, "H": 256}, "float16"),
-]
-
-
-def _truth_us(f: dict[str, float], rng: np.random.Generator) -> float:
-    """The synthetic GPU: the roofline time distorted by tile choices the analytic model does not price."""
-    factor = 1.0
-    if f["kind_template"]:
-        factor += 1.5 * (f["block_k"] >= 256) + 0.8 * (f["split_k"] >= 4) + 0.6 * (f["num_warps"] == 2)
-        factor += 0.5 * (f["num_stages"] == 4 and f["block_n"] >= 128)
-    else:
-        factor = 1.3
-    return f[ANALYTIC_FEATURE] * factor * float(np.exp(rng.normal(0.0, 0.02)))
-
-
-def _plans(g: fs.OpGraph, rng: np.random.Generator, count: int = 16) -> list[P.Plan]:
-    space = enumerate_space(g, fits=fits, max_configs=8)
-    plans = {p.to_json(): p for p in (P.unfused(g), P.fully_fused(g), P.heuristic(g))}
-    for _ in range(200):
-        if len(plans) >= count:
-            break
-        params: dict[str, object] = {f"{grp.key}.fusion": grp.options[rng.integers(len(grp.options))]
-                                     for grp in space.groups}
-        for i, cfgs in enumerate(space.configs):
-            params[f"mm{i}.config"] = cfgs[rng.integers(len(cfgs))].short()
-        try:
-            p = space.plan(params)
-        except PlanError:
-            continue
-        plans.setdefault(p.to_json(), p)
-    return list(plans.values())
-
-
-def _rows(seed: int = 0) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for name, shape, dtype in GRAPHS:
-        g = fs.workload(name, dtype=dtype, **shape)
-        gid = f"{name}-{dtype}-" + "-".join(f"{k}{v}" for k, v in shape.items())
-        for j, plan in enumerate(_plans(g, rng)):
-            for i, f in enumerate(plan_features(plan, H200)):
-                rows.append({"features": f, "schema_version": FEATURE_SCHEMA_VERSION, "graph_id": gid,
-                             "plan_id": f"p{j}", "kernel_index": i, "status": "ok", "time_us": _truth_us(f, rng),
-                             "hardware": H200.to_dict()})
-    return rows
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = str(tmp_path_factory.mktemp("costmodel") / "measurements.jsonl.gz")
-    rows = _rows()
-    append_rows(path, rows[: len(rows) // 2])  # two batches, as a resumed collection writes them
-    append_rows(path, rows[len(rows) // 2:])
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +107,7 @@ def test_plan_time_is_the_sum_of_the_kernel_predictions(model: LearnedCostModel)
 
 # ---- dataset, cross-validation and figures -------------------------------------------------------
 
-def test_cross_validation_never_puts_a_graph_in_both_train_and_test(dataset: str) -> None:
+def test_cross_validation_never_puts_a_graph_in_both_train_and_test(dataset: str, synthetic_graphs: list[Any]) -> None:
     _, _, groups, _ = load_dataset(dataset)
     seen = []
     for train_idx, test_idx in cv_splits(groups, folds=5):
@@ -185,12 +117,13 @@ def test_cross_validation_never_puts_a_graph_in_both_train_and_test(dataset: str
     assert sorted(seen) == list(range(len(groups)))  # every row held out exactly once
     cv = cross_validate(dataset, folds=4, max_iter=50)
     held = [gid for fold in cv["held_out"] for gid in fold]
-    assert cv["folds"] == 4 and sorted(held) == sorted(set(groups)) and len(held) == len(GRAPHS)
+    assert cv["folds"] == 4 and sorted(held) == sorted(set(groups)) and len(held) == len(synthetic_graphs)
 
 
-def test_learned_model_ranks_held_out_graphs_better_than_the_analytic_model(dataset: str) -> None:
+def test_learned_model_ranks_held_out_graphs_better_than_the_analytic_model(dataset: str,
+                                                                          synthetic_graphs: list[Any]) -> None:
     cv = cross_validate(dataset, folds=5)
-    assert cv["graphs"] == len(GRAPHS) and cv["plans"] >= 10 * len(GRAPHS)
+    assert cv["graphs"] == len(synthetic_graphs) and cv["plans"] >= 10 * len(synthetic_graphs)
     # The synthetic truth reorders tile configs that the roofline prices alike, and only the learned model
     # can pick that up from other graphs.
     assert cv["pairwise_accuracy"] > cv["analytic_pairwise_accuracy"] + 0.05
@@ -245,7 +178,7 @@ def test_a_dataset_without_usable_rows_is_refused(tmp_path: Path) -> None:
         load_dataset(str(tmp_path / "missing.jsonl.gz"))
     path = str(tmp_path / "old.jsonl.gz")
     append_rows(path, [{**r, "schema_version": 0} for r in _hand_rows({"a": 1.0}, {"a": 1.0})])
-    with pytest.raises(CostModelError, match="schema v1"):
+    with pytest.raises(CostModelError, match=f"schema v{FEATURE_SCHEMA_VERSION}"):
         load_dataset(path)
     path = str(tmp_path / "failed.jsonl.gz")
     append_rows(path, [{**r, "status": "timed_out"} for r in _hand_rows({"a": 1.0}, {"a": 1.0})])
@@ -322,10 +255,11 @@ def test_default_model_only_for_the_gpu_it_was_trained_on(tmp_path: Path, datase
 
 # ---- training and the command line ---------------------------------------------------------------
 
-def test_train_saves_a_model_and_reports_grouped_cross_validation(tmp_path: Path, dataset: str) -> None:
+def test_train_saves_a_model_and_reports_grouped_cross_validation(tmp_path: Path, dataset: str,
+                                                                 synthetic_graphs: list[Any]) -> None:
     out = str(tmp_path / "model.skops")
     result = train(dataset, out, folds=3, max_iter=50)
-    assert os.path.isfile(out) and result["graphs"] == len(GRAPHS)
+    assert os.path.isfile(out) and result["graphs"] == len(synthetic_graphs)
     assert result["cv"]["folds"] == 3 and result["params"]["max_iter"] == 50
     assert load(out).hardware_["name"] == H200.name
     with pytest.raises(CostModelError, match="unknown hyperparameter"):

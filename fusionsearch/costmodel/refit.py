@@ -1,0 +1,81 @@
+"""Refitting the learned cost model from a search's own measurements as they arrive.
+
+The shipped model has never seen the graph being searched. After a few of its plans are measured kernel by
+kernel, a small correction fitted on those kernels (the log ratio of measured to predicted time) says where
+this graph departs from what the model learned: a prologue that costs more here, tile shapes that suit this
+problem. The corrected model ranks the graph's remaining plans; it is fitted in a fraction of a second, so
+the search refits every few measured plans. The search calls `add` after each measured plan and swaps in
+`refit()`'s model when `add` says a refit is due."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from fusionsearch.costmodel.features import plan_features, to_matrix
+from fusionsearch.costmodel.hardware import Hardware
+from fusionsearch.errors import CostModelError
+from fusionsearch.search.plan import Plan
+
+__all__ = ["CorrectedModel", "StudyRefit"]
+
+
+class CorrectedModel:
+    """A learned model times exp(correction): the correction is fitted on one search's measured kernels."""
+
+    def __init__(self, base: Any, correction: HistGradientBoostingRegressor) -> None:
+        self.base, self.correction = base, correction
+        self.hardware_ = getattr(base, "hardware_", None)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted kernel times (µs), one per feature row."""
+        return self.base.predict(X) * np.exp(self.correction.predict(np.asarray(X, dtype=np.float64)))
+
+
+class StudyRefit:
+    """The kernels a search measured, and the model corrected on them on demand.
+
+    >>> # refit = StudyRefit(model, hw); due = refit.add(plan, [12.5, 40.1]); model = refit.refit() if due else model
+    """
+
+    def __init__(self, model: Any, hw: Hardware, every: int = 8) -> None:
+        if every < 1:
+            raise CostModelError(f"refit every {every} measured plans: give a positive number")
+        self.base, self.model, self.hw, self.every = model, model, hw, every
+        self._X: list[np.ndarray] = []
+        self._y: list[float] = []
+        self._since = 0
+        self.refits = 0
+
+    @property
+    def measured_kernels(self) -> int:
+        return len(self._y)
+
+    def add(self, plan: Plan, kernel_us: Sequence[float]) -> bool:
+        """Record one measured plan (one time per kernel, µs); True when a refit is due."""
+        if len(kernel_us) != len(plan.kernels):
+            raise CostModelError(f"{len(kernel_us)} kernel times for a plan of {len(plan.kernels)} kernels")
+        X = to_matrix(plan_features(plan, self.hw))
+        for row, t in zip(X, kernel_us, strict=True):
+            if np.isfinite(t) and t > 0:
+                self._X.append(row)
+                self._y.append(float(t))
+        self._since += 1
+        return self._since >= self.every
+
+    def refit(self) -> Any:
+        """The base model corrected on every kernel measured so far (the base model is left untouched: a
+        search may still hold it); the base model itself while nothing was measured."""
+        self._since = 0
+        if not self._y:
+            return self.model
+        X, y = np.array(self._X), np.array(self._y)
+        residual = np.log(y) - np.log(self.base.predict(X))
+        correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8,
+                                                   min_samples_leaf=2, early_stopping=False, random_state=0)
+        self.model = CorrectedModel(self.base, correction.fit(X, residual))
+        self.refits += 1
+        return self.model

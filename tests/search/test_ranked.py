@@ -1,0 +1,66 @@
+"""The ranked sampler: trials take the cost model's fastest-predicted plans in order, never one twice, and
+re-rank what is left when the model changes (a refit)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import optuna
+
+import fusionsearch as fs
+from fusionsearch.costmodel.analytic import estimate, fits
+from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_NAMES
+from fusionsearch.search.ranked import PlanRanking, RankedSampler
+from fusionsearch.search.space import enumerate_space
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _Reversed:
+    """A 'learned' model that ranks plans slowest-roofline first."""
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return 1e6 - X[:, FEATURE_NAMES.index(ANALYTIC_FEATURE)]
+
+
+def _space() -> Any:
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
+    return enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 3)
+
+
+def test_the_ranking_holds_each_legal_admitted_plan_once_in_predicted_order() -> None:
+    space = _space()
+    ranking = PlanRanking(space, fs.costmodel.H200, lambda: None, lambda plan: len(plan.kernels) > 1)
+    plans = [space.plan(p) for p in ranking.order()]
+    assert len({p.to_json() for p in plans}) == len(plans) == len(ranking) > 1
+    assert all(len(p.kernels) > 1 for p in plans)  # the admitted ones only
+    times = [estimate(p).time_us for p in plans]
+    assert times == sorted(times)
+
+
+def test_trials_take_the_next_untaken_plan_and_follow_a_refitted_model() -> None:
+    space = _space()
+    state: dict[str, Any] = {"model": None, "version": 0}
+    ranking = PlanRanking(space, fs.costmodel.H200, lambda: state["model"], lambda plan: True)
+    analytic_order = ranking.order()
+    study = optuna.create_study(sampler=RankedSampler(ranking, lambda: state["version"]))
+    taken = []
+    for _ in range(3):
+        trial = study.ask()
+        taken.append(space.suggest(trial))
+        study.tell(trial, 1.0)
+    assert taken == analytic_order[:3]
+    state["model"], state["version"] = _Reversed(), 1  # the search refitted its model
+    trial = study.ask()
+    new_first = next(p for p in ranking.order() if p not in taken)  # the new model's best not yet measured
+    assert new_first != analytic_order[3]
+    assert space.suggest(trial) == new_first
+    taken.append(new_first)
+    study.tell(trial, 1.0)
+    for _ in range(len(ranking) - 4):  # every other plan once
+        trial = study.ask()
+        taken.append(space.suggest(trial))
+        study.tell(trial, 1.0)
+    keys = [tuple(sorted(p.items())) for p in taken]
+    assert len(set(keys)) == len(keys) == len(ranking)
