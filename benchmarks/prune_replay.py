@@ -138,7 +138,7 @@ def _plot(report: list[dict], path: str) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows))
     for ax, r in zip(axes.flat, report, strict=False):
         for k, v in r["curves"].items():
-            ax.plot(range(1, len(v) + 1), [100 * min(x, 1.0) for x in v], label=k)
+            ax.plot(range(1, len(v) + 1), [100 * min(x, 1.0) for x in v], label=k, ls="--" if "refit" in k else "-")
         ax.axvline(r["budget"], color="grey", lw=0.8, ls="--")
         ax.set_title(r["case"], fontsize=8)
         ax.set_xscale("log")

@@ -33,8 +33,8 @@ from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, Hardware
 from fusionsearch.errors import CostModelError
 from fusionsearch.search.plan import Plan
 
-__all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "LearnedCostModel", "load", "load_default", "per_plan",
-           "plan_time_us", "plan_times_us", "plans_matrix"]
+__all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "CorrectedModel", "LearnedCostModel", "correct", "load",
+           "load_default", "per_plan", "plan_time_us", "plan_times_us", "plans_matrix"]
 
 FILE_FORMAT = "fusionsearch-costmodel"
 
@@ -235,12 +235,39 @@ def load_default(path: str | None = None) -> LearnedCostModel | None:
     return model
 
 
-def plan_time_us(model: LearnedCostModel, plan: Plan, hw: Hardware) -> float:
+class CorrectedModel:
+    """A learned model times exp(correction), the correction fitted on one search's measured kernels (see
+    costmodel/refit.py); it predicts like the model it corrects and is never saved."""
+
+    def __init__(self, base: LearnedCostModel, correction: HistGradientBoostingRegressor) -> None:
+        self.base, self.correction = base, correction
+        self.hardware_ = base.hardware_
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted kernel times (µs), one per feature row."""
+        X = LearnedCostModel._check_X(X)
+        return self.base.predict(X) * np.exp(self.correction.predict(X))
+
+
+def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:
+    """`base` corrected on measured kernels (features X, times y in µs): a small boosted model of the log ratio
+    of measured to predicted time, so that a few dozen kernels fit in a fraction of a second."""
+    X = LearnedCostModel._check_X(X)
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if len(y) != len(X) or len(y) == 0 or not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise CostModelError("a correction needs one positive, finite time (µs) per feature row")
+    residual = np.log(y) - np.log(base.predict(X))
+    correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8, min_samples_leaf=2,
+                                               early_stopping=False, random_state=0)
+    return CorrectedModel(base, correction.fit(X, residual))
+
+
+def plan_time_us(model: LearnedCostModel | CorrectedModel, plan: Plan, hw: Hardware) -> float:
     """A plan's predicted time (µs): the sum of its kernels' predictions."""
     return plan_times_us(model, [plan], hw)[0]
 
 
-def plan_times_us(model: LearnedCostModel, plans: list[Plan], hw: Hardware) -> list[float]:
+def plan_times_us(model: LearnedCostModel | CorrectedModel, plans: list[Plan], hw: Hardware) -> list[float]:
     """plan_time_us of many plans with one call of the regressor."""
     if not plans:
         return []

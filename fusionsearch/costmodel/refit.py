@@ -13,26 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.ensemble import HistGradientBoostingRegressor
 
 from fusionsearch.costmodel.features import plan_features, to_matrix
 from fusionsearch.costmodel.hardware import Hardware
+from fusionsearch.costmodel.learned import correct
 from fusionsearch.errors import CostModelError
 from fusionsearch.search.plan import Plan
 
-__all__ = ["CorrectedModel", "StudyRefit"]
-
-
-class CorrectedModel:
-    """A learned model times exp(correction): the correction is fitted on one search's measured kernels."""
-
-    def __init__(self, base: Any, correction: HistGradientBoostingRegressor) -> None:
-        self.base, self.correction = base, correction
-        self.hardware_ = getattr(base, "hardware_", None)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Predicted kernel times (µs), one per feature row."""
-        return self.base.predict(X) * np.exp(self.correction.predict(np.asarray(X, dtype=np.float64)))
+__all__ = ["StudyRefit"]
 
 
 class StudyRefit:
@@ -72,10 +60,6 @@ class StudyRefit:
         self._since = 0
         if not self._y:
             return self.model
-        X, y = np.array(self._X), np.array(self._y)
-        residual = np.log(y) - np.log(self.base.predict(X))
-        correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8,
-                                                   min_samples_leaf=2, early_stopping=False, random_state=0)
-        self.model = CorrectedModel(self.base, correction.fit(X, residual))
+        self.model = correct(self.base, np.array(self._X), np.array(self._y))
         self.refits += 1
         return self.model

@@ -1,9 +1,9 @@
-"""The ranked sampler: measure plans in the cost model's predicted order, fastest first.
+"""Ranking a space's plans by the cost model, fastest predicted first: what the study's ranked sampler measures.
 
-Each trial takes the fastest-predicted plan that no trial of the study has taken yet. When the search refits
+Each trial takes the fastest-predicted plan that no trial of the study has taken yet. When the search corrects
 its learned model on what it measured, the not-yet-taken plans are re-ranked by the new model, so the rest of
 the budget follows what this graph's own measurements taught it. Candidate plans and their features are built
-once; a re-rank is one call of the regressor."""
+once; a re-rank is one call of the regressor. (The Optuna sampler over it lives in study.py, with Optuna.)"""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import optuna
 
 from fusionsearch.errors import PlanError
 from fusionsearch.search.plan import Plan
 from fusionsearch.search.space import Space
 
-__all__ = ["RANK_CANDIDATES", "PlanRanking", "RankedSampler"]
+__all__ = ["RANK_CANDIDATES", "PlanRanking"]
 
 RANK_CANDIDATES = 4096  # the whole space is ranked up to this size, a seeded random sample of it beyond
 
@@ -78,42 +77,3 @@ def _candidates(space: Space, seed: int) -> list[dict[str, str]]:
             if len(out) >= RANK_CANDIDATES:
                 break
     return out
-
-
-def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, str(v)) for k, v in params.items()))
-
-
-class RankedSampler(optuna.samplers.BaseSampler):
-    """Optuna sampler over a PlanRanking: a trial's parameters are those of the fastest-predicted plan not
-    yet taken by any trial of the study (re-ranked when `version_of()` changes, i.e. the model was refitted);
-    once every candidate is taken, parameters are drawn at random."""
-
-    def __init__(self, ranking: PlanRanking, version_of: Callable[[], int], seed: int = 0) -> None:
-        self.ranking, self.version_of = ranking, version_of
-        self._order: list[dict[str, str]] | None = None
-        self._version: int | None = None
-        self._picked: dict[int, dict[str, str] | None] = {}
-        self._random = optuna.samplers.RandomSampler(seed=seed)
-
-    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
-        return {}
-
-    def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
-    def sample_independent(self, study: optuna.Study, trial: Any, param_name: str, param_distribution: Any) -> Any:
-        if trial.number not in self._picked:
-            self._picked[trial.number] = self._next(study)
-        params = self._picked[trial.number]
-        if params is None or param_name not in params:
-            return self._random.sample_independent(study, trial, param_name, param_distribution)
-        return params[param_name]
-
-    def _next(self, study: optuna.Study) -> dict[str, str] | None:
-        version = self.version_of()
-        if self._order is None or version != self._version:
-            self._order, self._version = self.ranking.order(), version
-        taken = {_key(t.params) for t in study.get_trials(deepcopy=False)}
-        taken |= {_key(p) for p in self._picked.values() if p is not None}
-        return next((p for p in self._order if _key(p) not in taken), None)

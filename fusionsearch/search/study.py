@@ -8,7 +8,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
-from fusionsearch.search.ranked import PlanRanking, RankedSampler
+from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.space import Space, enumerate_space, seed_plans
 
@@ -168,8 +168,47 @@ def _sampler(name: str, seed: int, objective: Objective) -> optuna.samplers.Base
     if name == "ranked":
         ranking = PlanRanking(objective.space, objective.hw, lambda: objective.model,
                               lambda plan: not objective.bytes_rule_refuses(plan), seed)
-        return RankedSampler(ranking, lambda: objective.model_version, seed)
+        return _RankedSampler(ranking, lambda: objective.model_version, seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+class _RankedSampler(optuna.samplers.BaseSampler):
+    """Optuna sampler over a PlanRanking: a trial's parameters are those of the fastest-predicted plan not
+    yet taken by any trial of the study (re-ranked when `version_of()` changes, i.e. the model was refitted);
+    once every candidate is taken, parameters are drawn at random."""
+
+    def __init__(self, ranking: PlanRanking, version_of: Callable[[], int], seed: int = 0) -> None:
+        self.ranking, self.version_of = ranking, version_of
+        self._order: list[dict[str, str]] | None = None
+        self._version: int | None = None
+        self._picked: dict[int, dict[str, str] | None] = {}
+        self._random = optuna.samplers.RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        if trial.number not in self._picked:
+            self._picked[trial.number] = self._next(study)
+        params = self._picked[trial.number]
+        if params is None or param_name not in params:
+            return self._random.sample_independent(study, trial, param_name, param_distribution)
+        return params[param_name]
+
+    def _next(self, study: optuna.Study) -> dict[str, str] | None:
+        version = self.version_of()
+        if self._order is None or version != self._version:
+            self._order, self._version = self.ranking.order(), version
+        taken = {_key(t.params) for t in study.get_trials(deepcopy=False)}
+        taken |= {_key(p) for p in self._picked.values() if p is not None}
+        return next((p for p in self._order if _key(p) not in taken), None)
 
 
 class Objective:

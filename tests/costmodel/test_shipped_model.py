@@ -27,3 +27,26 @@ def test_shipped_model_names_the_h200_and_ranks_better_than_the_analytic_model()
     for m in ("kendall_tau", "pairwise_accuracy"):
         assert fig[m] > fig[f"analytic_{m}"]
     assert fig["top1_regret"] < fig["analytic_top1_regret"]
+
+
+def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
+    """The provenance that lets a new feature schema re-feature the rows: each row's graph spec hashes to its
+    graph id and its plan to its plan id, on the profile of the GPU it names."""
+    from fusionsearch.costmodel.collect import plan_id
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.datasets.measurements import read_rows
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.plan import Plan
+
+    rows = read_rows(SHIPPED_DATA_PATH)
+    graphs, plans = {}, {}
+    for r in rows:
+        if r["graph_id"] not in graphs:
+            graphs[r["graph_id"]] = graph_from_dict(r["graph"])
+            assert graphs[r["graph_id"]].signature_hash() == r["graph_id"]
+        key = (r["graph_id"], r["plan_id"])
+        if key not in plans:
+            plans[key] = Plan.from_dict(r["plan"], graphs[r["graph_id"]])
+            assert plan_id(plans[key]) == r["plan_id"]
+        assert Hardware.from_dict(r["hardware"]["profile"]).name == r["hardware"]["device"] == "NVIDIA H200"
+    assert len(graphs) >= 180 and len(plans) >= 1800

@@ -1,0 +1,370 @@
+"""The benchmark suite (issue 6): every reference case on one GPU, in one process and one run, timed as
+eager PyTorch, torch.compile, torch.compile max-autotune (prologue and epilogue fusion on, as the anchors),
+the plan fusionsearch's search finds, and cuBLAS on the bare matmuls alone, beside the floor
+max(bytes / BW, flops / PEAK) with BW and PEAK measured at the start of the same run.
+
+Every time is time_callable's do_bench median (µs, warmup 25 ms, rep 100 ms, L2 flushed), as the anchors
+were measured. Every compiled output (torch.compile, max-autotune, the plan) is checked against eager's output
+with the project's tolerance for its dtype; a variant that fails the check is reported, one that raises
+(compile error, OOM) records its reason, and the suite goes on. Peak memory is the most allocated during one
+call beyond what was allocated before it (eager and the plan).
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/suite.py --out $OUT
+(--trials 32, --cases 0,3,8 for a subset, --skip-max-autotune when its compile time does not fit.)
+Writes suite.json after every case (a run killed by a time limit keeps what it measured), then suite.md and
+suite.png; one progress line per case on stderr, the markdown table last on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+import fusionsearch as fs
+from fusionsearch.codegen.templates import Problem, problem
+from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
+from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
+from fusionsearch.errors import failure_reason
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
+from fusionsearch.measure.bench import measure_ceilings
+from fusionsearch.search.study import SearchOptions, run_study
+
+# Variants in the order they are measured, tabled and drawn, with their column labels.
+LABELS = {"cublas_bare": "cuBLAS bare", "eager": "eager", "torch_compile": "torch.compile",
+          "max_autotune": "max-autotune", "fusionsearch": "fusionsearch"}
+MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
+
+
+# ---- what the floor counts -------------------------------------------------------------------------
+
+def matmul_problems(g: OpGraph) -> list[Problem]:
+    """The sizes of every matmul (template node) of the graph, in topological order."""
+    return [problem(g, mm) for mm in g.nodes_of_kind("template")]
+
+
+def floor_us(nbytes: int, flops: int, bandwidth: float, peak: float) -> float:
+    """The roofline floor (µs) of moving `nbytes` at `bandwidth` (bytes/s) and computing `flops` at `peak`
+    (flop/s): no implementation can beat it."""
+    return max(nbytes / bandwidth, flops / peak) * 1e6
+
+
+# ---- the variants ------------------------------------------------------------------------------------
+
+def as_list(out: Any) -> list[torch.Tensor]:
+    """A callable's outputs as a list: the PyTorch forms return one tensor, plans a list."""
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
+def check_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None) -> dict[str, Any]:
+    """rel_err (worst output) against eager's outputs, ok when every output is within its dtype's tolerance;
+    both None without an eager reference."""
+    if refs is None:
+        return {"rel_err": None, "ok": None}
+    if len(outs) != len(refs):
+        return {"rel_err": math.inf, "ok": False}
+    errs = [rel_error(o, r) for o, r in zip(outs, refs, strict=True)]
+    ok = all(e <= TOLERANCE.get(o.dtype, 0.0) for e, o in zip(errs, outs, strict=True))
+    return {"rel_err": max(errs), "ok": ok}
+
+
+def timing_record(t: Timing) -> dict[str, Any]:
+    """A Timing as JSON fields (median_us, p20_us, p80_us, peak_bytes)."""
+    return {k: v for k, v in dataclasses.asdict(t).items() if k not in ("ok", "reason")}
+
+
+def attempt(measure: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run one variant's measurement; whatever it raises (compile error, OOM) becomes its recorded reason, so
+    that one variant never ends the case nor one case the run."""
+    try:
+        record = measure(*args)
+        torch.cuda.synchronize()  # an asynchronous fault is this variant's, not the next one's
+    except Exception as e:
+        record = {"error": failure_reason(e)}
+    with contextlib.suppress(Exception):  # after a sticky CUDA fault even this raises; the record says why
+        torch.cuda.empty_cache()
+    return record
+
+
+def measure_eager(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """Eager PyTorch's time and peak memory (bytes beyond what was allocated before the call)."""
+    return timing_record(time_callable(lambda: fn(*inputs)))
+
+
+def eager_vs_float64(refs: Sequence[torch.Tensor], g: OpGraph, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """Eager's own error against the float64 reference: the rounding scale within which the other variants
+    are judged against eager."""
+    exact = fs.reference(g, inputs, float64=True)
+    return {"rel_err": max(rel_error(o, r) for o, r in zip(refs, exact, strict=True))}
+
+
+def measure_cublas(problems: Sequence[Problem]) -> dict[str, Any]:
+    """cuBLAS on the graph's matmuls alone, bf16 operands of their sizes, all of them in one timed callable:
+    what the matmuls cost before any of the pointwise work around them."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pairs = []
+    for p in problems:
+        a_shape = (p.m, p.k) if p.batch == 1 else (p.batch, p.m, p.k)
+        b_shape = (p.k, p.n) if p.batch == 1 else (p.batch, p.k, p.n)
+        pairs.append(tuple(torch.randn(s, generator=gen, dtype=torch.bfloat16, device="cuda")
+                           for s in (a_shape, b_shape)))
+    record = timing_record(time_callable(lambda: [torch.matmul(a, b) for a, b in pairs]))
+    record["matmuls"] = [dataclasses.asdict(p) for p in problems]
+    return record
+
+
+def measure_compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
+                     mode: str | None, config: dict[str, Any]) -> dict[str, Any]:
+    """torch.compile(fn, mode) under the Inductor `config`, from a fresh dynamo state: compile time (s, the
+    first call), agreement with eager, then the time of the compiled callable."""
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(config):
+        compiled = torch.compile(fn, mode=mode)
+        start = time.time()
+        outs = as_list(compiled(*inputs))
+        torch.cuda.synchronize()
+        record: dict[str, Any] = {"compile_s": time.time() - start, **check_outputs(outs, refs)}
+        del outs
+        record.update(timing_record(time_callable(lambda: compiled(*inputs))))
+    return record
+
+
+def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
+                         trials: int) -> dict[str, Any]:
+    """The search with its default sampler and cost model (search wall time, trials by status), then its best
+    plan checked against eager and timed like every other variant."""
+    start = time.time()
+    res = run_study(g, SearchOptions(trials=trials, backend="gpu", seed=0), inputs)
+    record: dict[str, Any] = {"search_s": time.time() - start, "trials": trials, "counts": res.counts(),
+                              "cost_model": res.cost_model, "sampler": res.sampler, "search_best_us": res.best_us,
+                              "plan": res.best.describe()}
+    run = res.best.compile().module.run
+    outs = as_list(run(*inputs))
+    torch.cuda.synchronize()
+    record.update(check_outputs(outs, refs))
+    del outs
+    record.update(timing_record(time_callable(lambda: run(*inputs))))
+    return record
+
+
+def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args: argparse.Namespace) -> dict[str, Any]:
+    """Every figure of one reference case; a variant that raises records its reason and the others still run."""
+    g = fs.workload(case["workload"], dtype=torch.bfloat16, **case["shape"])
+    nbytes, flops = least_bytes(g), matmul_flops(g)
+    row: dict[str, Any] = {
+        "index": index, "case": case_name(case), "workload": case["workload"], "shape": case["shape"],
+        "anchor": {k: v for k, v in case.items() if k.endswith("_us")}, "bytes": nbytes, "flops": flops,
+        "floor_us": floor_us(nbytes, flops, ceilings["bandwidth_bytes_per_s"], ceilings["peak_flops"]),
+        "variants": {}}
+    variants = row["variants"]
+    inputs = fs.random_inputs(g, seed=0, device="cuda")
+    fn = WORKLOADS[case["workload"]].torch_fn
+    refs: list[torch.Tensor] | None = None
+    try:
+        refs = [o.detach().clone() for o in as_list(fn(*inputs))]
+    except Exception as e:
+        row["reference_error"] = failure_reason(e)  # nothing can be checked; every variant is still timed
+    variants["cublas_bare"] = attempt(measure_cublas, matmul_problems(g))
+    variants["eager"] = attempt(measure_eager, fn, inputs)
+    if refs is not None:
+        row["eager_vs_float64"] = attempt(eager_vs_float64, refs, g, inputs)
+    variants["torch_compile"] = attempt(measure_compiled, fn, inputs, refs, None, {})
+    if args.skip_max_autotune:
+        variants["max_autotune"] = {"skipped": "--skip-max-autotune"}
+    else:
+        variants["max_autotune"] = attempt(measure_compiled, fn, inputs, refs, "max-autotune-no-cudagraphs",
+                                           MAX_AUTOTUNE_CONFIG)
+    variants["fusionsearch"] = attempt(measure_fusionsearch, g, inputs, refs, args.trials)
+    torch._dynamo.reset()  # the compiled callables hold their inputs' memory until dynamo forgets them
+    return row
+
+
+# ---- reporting -----------------------------------------------------------------------------------------
+
+def time_of(row: dict[str, Any], variant: str, valid_only: bool = False) -> float | None:
+    """The variant's median (µs), None when it raised or was skipped (or, with valid_only, failed the check)."""
+    rec = row["variants"].get(variant, {})
+    if "median_us" not in rec or (valid_only and rec.get("ok") is False):
+        return None
+    return float(rec["median_us"])
+
+
+def time_cell(row: dict[str, Any], variant: str) -> str:
+    """'94.7', '94.7 ✗' (outside tolerance against eager), 'failed' or 'skipped'."""
+    rec = row["variants"].get(variant, {})
+    if "median_us" in rec:
+        return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+    return "skipped" if "skipped" in rec else "failed"
+
+
+def ratio_cell(num: float | None, den: float | None) -> str:
+    return "" if num is None or den is None or den <= 0 else f"{num / den:.2f}"
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def speedup_line(rows: Sequence[dict[str, Any]]) -> str:
+    """The geometric-mean speedup of the plan over each baseline, over the cases where both are valid."""
+    parts = []
+    for variant in ("max_autotune", "torch_compile", "eager"):
+        pairs = [(time_of(r, variant, True), time_of(r, "fusionsearch", True)) for r in rows]
+        speedups = [b / f for b, f in pairs if b is not None and f is not None]
+        parts.append(f"{geomean(speedups):.3f}x over {LABELS[variant]} ({len(speedups)} cases)" if speedups
+                     else f"n/a over {LABELS[variant]} (no case with both valid)")
+    return "Geometric-mean speedup of fusionsearch: " + "; ".join(parts) + "."
+
+
+def trials_cell(rec: dict[str, Any]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(rec.get("counts", {}).items()))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """suite.md: the run's setting, any failures with their reasons, the table (µs), the geomean line."""
+    c = report["ceilings"]
+    lines = [f"# fusionsearch benchmark suite: {report['device']}", "",
+             f"torch {report['torch']}, triton {report['triton']}, {report['date']}; bf16; µs, do_bench median "
+             f"(warmup 25 ms, rep 100 ms, L2 flushed). Floor = max(bytes / {c['bandwidth_bytes_per_s'] / 1e12:.2f} "
+             f"TB/s, flops / {c['peak_flops'] / 1e12:.0f} TFLOP/s), both measured in this run. Speedup = baseline "
+             f"time / fusionsearch time. ✗: output outside the bf16 tolerance against eager. "
+             f"Search: {report['trials']} trials.", ""]
+    measured = [r for r in report["rows"] if "error" not in r]
+    failures = [f"- {r['case']}: {r['error']}" for r in report["rows"] if "error" in r]
+    failures += [f"- {r['case']}, {LABELS[v]}: {rec['error']}" for r in measured
+                 for v, rec in r["variants"].items() if "error" in rec]
+    if failures:
+        lines += ["Failures:", "", *failures, ""]
+    head = ["case", "floor", "cuBLAS bare", "eager", "torch.compile", "max-autotune", "fusionsearch",
+            "× eager", "× compile", "× max-autotune", "fusionsearch ÷ floor", "fusionsearch ÷ cuBLAS",
+            "peak MB eager / plan", "search s", "trials"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in measured:
+        fs_us = time_of(r, "fusionsearch")
+        fs_rec = r["variants"].get("fusionsearch", {})
+        peaks = [r["variants"].get(v, {}).get("peak_bytes") for v in ("eager", "fusionsearch")]
+        peak_cell = " / ".join("—" if p is None else f"{p / 1e6:.1f}" for p in peaks)
+        search_cell = f"{fs_rec['search_s']:.0f}" if "search_s" in fs_rec else ""
+        cells = [r["case"], f"{r['floor_us']:.1f}", *(time_cell(r, v) for v in LABELS),
+                 *(ratio_cell(time_of(r, v), fs_us) for v in ("eager", "torch_compile", "max_autotune")),
+                 ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, time_of(r, "cublas_bare")),
+                 peak_cell, search_cell, trials_cell(fs_rec)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", speedup_line(measured)]) + "\n"
+
+
+def plot(report: dict[str, Any], path: str) -> bool:
+    """suite.png: per case, each variant's time over the floor (log scale, 1 = the floor); False without
+    matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = [r for r in report["rows"] if "error" not in r]
+    width = 0.8 / len(LABELS)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.3 * len(rows)), 5))
+    for i, variant in enumerate(LABELS):
+        xs, ys = [], []
+        for j, r in enumerate(rows):
+            us = time_of(r, variant)
+            if us is not None:
+                xs.append(j + (i - (len(LABELS) - 1) / 2) * width)
+                ys.append(us / r["floor_us"])
+        ax.bar(xs, ys, width, label=LABELS[variant])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("time / floor")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["case"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_title(f"{report['device']}, bf16: time over the roofline floor (lower is better)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_json(report: dict[str, Any], path: str) -> None:
+    """Replace the file whole, so that a run killed mid-write leaves the previous case's complete record."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def progress_line(row: dict[str, Any], elapsed_s: float) -> str:
+    figures = "  ".join(f"{LABELS[v]} {time_cell(row, v)}" for v in LABELS)
+    return f"[{row['index']}] {row['case']}: floor {row['floor_us']:.1f}  {figures}  ({elapsed_s:.0f} s)"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="Every reference case on this GPU: eager, torch.compile, "
+                                 "max-autotune, the searched plan, cuBLAS and the floor.")
+    ap.add_argument("--trials", type=int, default=32, help="search trials per case (default 32)")
+    ap.add_argument("--cases", default="", help="comma-separated indices into REFERENCE_CASES (default: all)")
+    ap.add_argument("--out", default="out", help="directory for suite.json, suite.md, suite.png")
+    ap.add_argument("--skip-max-autotune", action="store_true", help="leave out max-autotune (slow to compile)")
+    args = ap.parse_args(argv)
+    try:
+        args.indices = [int(s) for s in args.cases.split(",") if s.strip()] or list(range(len(REFERENCE_CASES)))
+    except ValueError:
+        ap.error(f"--cases takes case indices such as 0,3,8; got {args.cases!r}")
+    if any(not 0 <= i < len(REFERENCE_CASES) for i in args.indices):
+        ap.error(f"--cases: indices run from 0 to {len(REFERENCE_CASES) - 1}")
+    if args.trials < 1:
+        ap.error("--trials must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/suite.py needs a CUDA GPU")
+    import triton
+
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "suite.json")
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "trials": args.trials, "skip_max_autotune": args.skip_max_autotune, "ceilings": measure_ceilings(),
+        "rows": []}
+    c = report["ceilings"]
+    print(f"ceilings: {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s copy, {c['peak_flops'] / 1e12:.0f} TFLOP/s bf16 mm",
+          file=sys.stderr, flush=True)
+    write_json(report, json_path)
+    for index in args.indices:
+        start = time.time()
+        case = REFERENCE_CASES[index]
+        try:
+            row = run_case(index, case, c, args)
+        except Exception as e:  # the graph or its inputs could not be built: the case is reported, not the run
+            row = {"index": index, "case": case_name(case), "error": failure_reason(e), "variants": {}}
+        report["rows"].append(row)
+        write_json(report, json_path)
+        if "error" in row:
+            print(f"[{index}] {row['case']}: failed: {row['error']}", file=sys.stderr, flush=True)
+        else:
+            print(progress_line(row, time.time() - start), file=sys.stderr, flush=True)
+    table = markdown(report)
+    with open(os.path.join(args.out, "suite.md"), "w") as f:
+        f.write(table)
+    if not plot(report, os.path.join(args.out, "suite.png")):
+        print("matplotlib is not installed: no suite.png", file=sys.stderr)
+    print(table, end="")
+
+
+if __name__ == "__main__":
+    main()
