@@ -25,6 +25,14 @@ def capture(fn_or_module, *example_inputs):  # type: ignore[no-untyped-def]
     return _capture(fn_or_module, *example_inputs)
 
 
+def backend(**options):  # type: ignore[no-untyped-def]
+    """A torch.compile backend with options: torch.compile(model, backend=fusionsearch.backend(trials=16)).
+    Plain torch.compile(model, backend="fusionsearch") uses the defaults (see fusionsearch.dynamo)."""
+    from fusionsearch.dynamo.backend import backend as _backend
+
+    return _backend(**options)
+
+
 def tune(fn_or_graph, *example_inputs, **options):  # type: ignore[no-untyped-def]
     """Search the best fusion plan (see fusionsearch.search.study.tune); returns a TuneResult."""
     from fusionsearch.search.study import tune as _tune
@@ -34,6 +42,6 @@ def tune(fn_or_graph, *example_inputs, **options):  # type: ignore[no-untyped-de
 
 __all__ = [
     "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
-    "SpecError", "capture", "costmodel", "list_workloads", "load_graph", "measure", "random_inputs", "reference",
-    "search", "tune", "workload",
+    "SpecError", "backend", "capture", "costmodel", "list_workloads", "load_graph", "measure", "random_inputs",
+    "reference", "search", "tune", "workload",
 ]

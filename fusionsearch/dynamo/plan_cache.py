@@ -1,0 +1,64 @@
+"""The on-disk plan cache of the torch.compile backend: the best plan found for a graph on a device, so that
+a second process (or a second identical graph) loads it instead of searching again.
+
+One JSON file per key; the key hashes what the plan depends on: the graph's signature (ops, shapes, dtypes,
+strides), the device and the search settings. Files are written atomically and read back only when they hold
+a plan for exactly that graph; anything else is treated as a miss and overwritten."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from fusionsearch.errors import FusionSearchError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.search.plan import Plan
+
+__all__ = ["PlanCache", "default_cache_dir"]
+
+FORMAT = "fusionsearch-plan-cache-v1"
+
+
+def default_cache_dir() -> str:
+    """$FUSIONSEARCH_CACHE_DIR/plans, else ~/.cache/fusionsearch/plans."""
+    root = os.environ.get("FUSIONSEARCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch")
+    return os.path.join(root, "plans")
+
+
+class PlanCache:
+    """Plans by (graph signature, device, settings) in `directory`."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory or default_cache_dir()
+
+    def key(self, g: OpGraph, device: str, settings: dict[str, Any]) -> str:
+        text = json.dumps({"graph": g.signature_hash(), "device": device, "settings": settings}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, f"{key}.json")
+
+    def load(self, key: str, g: OpGraph) -> Plan | None:
+        """The cached plan for `g`, or None when there is none (or the entry is unreadable or for another graph)."""
+        try:
+            with open(self._path(key)) as f:
+                record = json.load(f)
+            if record.get("format") != FORMAT or record.get("graph") != g.signature_hash():
+                return None
+            return Plan.from_dict(record["plan"], g)
+        except (OSError, ValueError, KeyError, TypeError, FusionSearchError):
+            return None
+
+    def store(self, key: str, g: OpGraph, plan: Plan, best_us: float, extra: dict[str, Any] | None = None) -> str:
+        """Write the plan atomically; returns the file's path."""
+        os.makedirs(self.directory, exist_ok=True)
+        record = {"format": FORMAT, "graph": g.signature_hash(), "plan": plan.to_dict(), "best_us": best_us,
+                  **(extra or {})}
+        path = self._path(key)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(tmp, path)
+        return path

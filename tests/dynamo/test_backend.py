@@ -1,0 +1,139 @@
+"""The torch.compile backend on the CPU (Triton's interpreter runs the tuned kernels): models compile and match
+eager, the plan cache spares a second process the search, and graphs the backend cannot take fall back with
+their reason."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch.errors import SpecError
+
+MODELS = textwrap.dedent('''
+    import torch
+
+    class MLPBlock(torch.nn.Module):
+        """A transformer MLP block: x + W2 gelu(W1 norm(x) + b1) + b2."""
+
+        def __init__(self, d=64, h=128):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(d)
+            self.up, self.down = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+    class W8Linear(torch.nn.Module):
+        """Weight-only int8: y = x @ (w_int8 * scale[N]) + b."""
+
+        def __init__(self, k, n, seed):
+            super().__init__()
+            g = torch.Generator().manual_seed(seed)
+            self.register_buffer("w", torch.randint(-127, 128, (k, n), generator=g, dtype=torch.int8))
+            self.register_buffer("scale", torch.rand(n, generator=g) / (64 * k ** 0.5))
+            self.register_buffer("b", torch.randn(n, generator=g) * 0.1)
+
+        def forward(self, x):
+            return x @ (self.w.to(x.dtype) * self.scale.to(x.dtype)) + self.b.to(x.dtype)
+
+    def w8_stack(dtype=torch.float32):
+        return torch.nn.Sequential(W8Linear(64, 96, 1), torch.nn.ReLU(), W8Linear(96, 32, 2)).to(dtype)
+''')
+ns: dict[str, object] = {}
+exec(compile(MODELS, "models", "exec"), ns)  # the subprocess test builds the same models from the same text
+
+
+def _compile(model: torch.nn.Module, cache: Path, **options: object) -> tuple[torch.nn.Module, object]:
+    be = fs.backend(trials=3, fallback="eager", cache=str(cache), **options)
+    return torch.compile(model, backend=be, dynamic=False), be
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).abs().max() / ref.abs().max())
+
+
+def test_a_transformer_mlp_block_compiles_and_matches_eager(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    block = ns["MLPBlock"]().eval()
+    x = torch.randn(16, 64)
+    compiled, be = _compile(block, tmp_path)
+    with torch.no_grad():
+        out = compiled(x)
+        ref = block.double()(x.double())
+    assert be.stats.searched == 1 and be.stats.declined == []
+    assert _close(out, ref) < 1e-5
+
+
+def test_a_w8_quantised_linear_stack_compiles_and_matches_eager(tmp_path: Path) -> None:
+    # float32: on the CPU the search validates candidates on random inputs, whose int8 weights times unit
+    # scales overflow float16 two layers deep (on a GPU the model's own inputs are used)
+    stack = ns["w8_stack"]().eval()
+    x = torch.randn(16, 64)
+    compiled, be = _compile(stack, tmp_path)
+    with torch.no_grad():
+        out = compiled(x)
+        ref = stack.double()(x.double())
+    assert be.stats.searched == 1 and be.stats.declined == []
+    assert out.dtype == torch.float32 and _close(out, ref) < 1e-5
+
+
+def test_a_second_process_loads_the_plan_instead_of_searching(tmp_path: Path) -> None:
+    script = MODELS + textwrap.dedent(f'''
+        import fusionsearch as fs
+        stack = w8_stack().eval()
+        x = torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
+        be = fs.backend(trials=3, fallback="eager", cache={str(tmp_path)!r})
+        with torch.no_grad():
+            out = torch.compile(stack, backend=be, dynamic=False)(x)
+            err = float((out.double() - stack.double()(x.double())).abs().max())
+        print(be.stats.searched, be.stats.cached, err)
+    ''')
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (r.stdout.split() for r in runs)
+    assert first[:2] == ["1", "0"] and second[:2] == ["0", "1"]  # searched once, then loaded
+    assert float(second[2]) < 1e-3 and len(os.listdir(tmp_path)) == 1
+
+
+def test_graphs_it_cannot_take_fall_back_with_their_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    block = ns["MLPBlock"]()
+    x = torch.randn(8, 64)
+    compiled, be = _compile(block, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="fusionsearch.backend"):
+        out = compiled(x)  # gradients needed: the kernels are forward-only
+    assert out.requires_grad and torch.allclose(out, block(x))
+    assert "forward-only" in be.stats.declined[0] and "forward-only" in caplog.text
+
+    torch._dynamo.reset()
+    compiled, be = _compile(lambda a: torch.relu(a) * 2, tmp_path)
+    assert torch.equal(compiled(x), torch.relu(x) * 2)
+    assert be.stats.declined == ["no matmul to fuse around"]
+
+    torch._dynamo.reset()
+    monkeypatch.delenv("TRITON_INTERPRET")
+    compiled, be = _compile(block.eval(), tmp_path)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), block(x))
+    assert "CUDA" in be.stats.declined[0] and be.stats.searched == 0
+
+
+@pytest.mark.parametrize("bad", [{"fallback": "tvm"}, {"trials": 0}])
+def test_bad_backend_options_are_spec_errors(bad: dict[str, object]) -> None:
+    with pytest.raises(SpecError):
+        fs.backend(**bad)
+
+
+def test_the_backend_is_registered_with_torch_compile() -> None:
+    assert "fusionsearch" in torch.compiler.list_backends()
