@@ -2,11 +2,14 @@
 for options.
 
 Dynamo hands the backend each captured FX graph with example inputs. The backend traces it to an OpGraph
-(ops the registry lacks become extern kernels that PyTorch runs), searches the best fusion plan for it, or
-loads the plan a previous search stored for the same graph on the same device, and returns the plan's
-generated module as the graph's callable. A graph it cannot take (dynamic shapes, non-tensor inputs or
-outputs, no matmul, no GPU, a trace failure, gradients to compute: the kernels are forward-only) runs through
-Inductor or eager instead, with the reason logged on the `fusionsearch.backend` logger."""
+(ops the registry lacks become extern kernels that PyTorch runs), cuts it into regions (dynamo/regions.py:
+each matmul with the pointwise work it may fuse; identical layers give identical regions), searches the best
+plan of each matmul region or loads the plan a previous search stored for the same region on the same
+device, and returns a callable that runs the regions' generated modules in order.
+
+A graph it cannot take (dynamic shapes, non-tensor inputs or outputs, no matmul, no GPU, a trace failure,
+gradients to compute: the kernels are forward-only) runs through Inductor or eager instead, with the reason
+logged on the `fusionsearch.backend` logger."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fusionsearch.dynamo.plan_cache import PlanCache
+from fusionsearch.dynamo.regions import Region, partition
 from fusionsearch.errors import FusionSearchError, SpecError
+from fusionsearch.search.plan import Plan
 
 __all__ = ["BackendOptions", "BackendStats", "backend", "fusionsearch_backend"]
 
@@ -58,9 +63,10 @@ class BackendOptions:
 
 @dataclass
 class BackendStats:
-    """What the backend did with the graphs Dynamo gave it: searched, loaded from the plan cache, or declined
-    (with the reasons, in order)."""
+    """What the backend did with the graphs Dynamo gave it: matmul regions met, searched, and loaded from the
+    plan cache (identical regions after the first included); graphs declined, with the reasons, in order."""
 
+    regions: int = 0
     searched: int = 0
     cached: int = 0
     declined: list[str] = field(default_factory=list)
@@ -105,7 +111,6 @@ class _Compiler:
 
     def _compile(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
         from fusionsearch.graph.capture import capture
-        from fusionsearch.search.study import SearchOptions, run_study
 
         device = _device(example_inputs)
         state = [v for _, v in gm.named_parameters()] + [v for _, v in gm.named_buffers()]
@@ -121,24 +126,49 @@ class _Compiler:
             raise _Decline("no matmul to fuse around")
         if len(g.outputs) != spec.num_leaves:
             raise _Decline(f"the graph returns {spec.num_leaves} values, {len(g.outputs)} of them tensors")
-        key = self.cache.key(g, device, self.options.search_settings())
-        plan = self.cache.load(key, g)
-        if plan is None:
-            inputs = [*example_inputs, *state] if device != "cpu-interpreter" else None
-            res = run_study(g, SearchOptions(trials=self.options.trials, backend=self.options.search_backend,
-                                             storage=self.options.storage, seed=self.options.seed,
-                                             cost_model=self.options.cost_model), inputs)
-            plan = res.best
-            self.cache.store(key, g, plan, res.best_us, {"device": device, "settings": asdict(self.options)})
-            self.stats.searched += 1
-        else:
-            self.stats.cached += 1
-        run = plan.compile().module.run
+        regions = partition(g)
+        env = dict(zip(g.inputs, [*example_inputs, *state], strict=True))
+        steps = []
+        for region in regions:
+            ins = [env[i] for i in region.inputs] if device != "cpu-interpreter" else None
+            run = self._plan(region, device, ins).compile().module.run
+            if ins is not None:  # the next regions are searched on the values this one computes
+                env.update(zip(region.outputs, run(*ins), strict=True))
+            steps.append((run, region.inputs, region.outputs))
+        outputs = list(g.outputs)
 
         def call(*args: torch.Tensor) -> Any:
-            return tree_unflatten(run(*args, *state), spec)
+            values = dict(zip(g.inputs, [*args, *state], strict=True))
+            for run, ins, outs in steps:
+                values.update(zip(outs, run(*[values[i] for i in ins]), strict=True))
+            return tree_unflatten([values[o] for o in outputs], spec)
 
         return call
+
+    def _plan(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> Plan:
+        """A glue region's plain plan; a matmul region's plan from the cache (identical regions share one),
+        else from a search on the region's own input values (random ones in the interpreter)."""
+        from fusionsearch.search import plan as P
+        from fusionsearch.search.study import SearchOptions, run_study
+
+        g = region.graph
+        if not region.tuned:
+            try:
+                return P.heuristic(g)
+            except FusionSearchError:
+                return P.unfused(g)
+        self.stats.regions += 1
+        key = self.cache.key(g, device, self.options.search_settings())
+        plan = self.cache.load(key, g)
+        if plan is not None:
+            self.stats.cached += 1
+            return plan
+        res = run_study(g, SearchOptions(trials=self.options.trials, backend=self.options.search_backend,
+                                         storage=self.options.storage, seed=self.options.seed,
+                                         cost_model=self.options.cost_model), inputs)
+        self.cache.store(key, g, res.best, res.best_us, {"device": device, "settings": asdict(self.options)})
+        self.stats.searched += 1
+        return res.best
 
 
 def _device(example_inputs: Sequence[Any]) -> str:

@@ -1,0 +1,48 @@
+"""Cutting graphs into regions: every op in exactly one region, regions in an order that runs, one matmul per
+tuned region, identical layers identical regions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch.dynamo.regions import partition
+
+
+def _check(g: fs.OpGraph) -> list:
+    regions = partition(g)
+    available = set(g.inputs)
+    ops = 0
+    for r in regions:
+        assert set(r.inputs) <= available  # each region only reads what earlier regions (or the inputs) made
+        available |= set(r.outputs)
+        assert len(r.graph.nodes_of_kind("template")) == (1 if r.tuned else 0)
+        assert len(r.graph.inputs) == len(r.inputs) and len(r.graph.outputs) == len(r.outputs)
+        ops += len(r.graph) - len(r.graph.inputs)
+    assert ops == len(g) - len(g.inputs) and set(g.outputs) <= available
+    return regions
+
+
+@pytest.mark.parametrize("name", ["w8_dequant_mm", "gather_mm", "mm_bias_gelu", "cast_mm", "scale_mm", "swiglu"])
+def test_every_op_lands_in_one_region_and_the_order_runs(name: str) -> None:
+    g = fs.workload(name)
+    regions = _check(g)
+    assert sum(r.tuned for r in regions) == len(g.nodes_of_kind("template"))
+
+
+def test_prologue_and_epilogue_work_joins_its_matmul() -> None:
+    (region,) = _check(fs.workload("w8_dequant_mm"))  # dequant (prologue side) and all: one region
+    assert region.tuned and len(region.graph) == len(fs.workload("w8_dequant_mm"))
+    regions = _check(fs.workload("swiglu"))
+    # silu(x @ w1) * (x @ w3) joins the later matmul's region, which reads the first one's output
+    assert [len(r.graph.nodes_of_kind("template")) for r in regions] == [1, 1, 1]
+    assert any(r.graph.node(n).op == "silu" for r in regions for n in r.graph.topo_order())
+
+
+def test_repeated_layers_give_regions_with_one_signature() -> None:
+    layer = lambda: torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU())  # noqa: E731
+    g = fs.capture(torch.nn.Sequential(layer(), layer(), layer()), torch.randn(8, 32))
+    tuned = [r for r in _check(g) if r.tuned]
+    assert len(tuned) == 3 and len({r.graph.signature_hash() for r in tuned}) == 1
+    assert len({r.graph.to_dict().__repr__() for r in tuned}) == 1  # names too: one cached plan fits all
