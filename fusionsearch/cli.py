@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 from fusionsearch.errors import FusionSearchError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
@@ -149,6 +150,82 @@ def _cmd_costmodel_evaluate(args: argparse.Namespace) -> int:
 # ---- end costmodel train / evaluate ----------------------------------------------------------------
 
 
+def _load_factory(target: str) -> Any:
+    """MODULE:FACTORY or path/to/file.py:FACTORY -> the factory callable."""
+    import importlib
+    import importlib.util
+
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise SpecError(f"{target!r}: name the model as MODULE:FACTORY or path/to/file.py:FACTORY")
+    try:
+        if where.endswith(".py"):
+            if not os.path.isfile(where):
+                raise SpecError(f"{where}: no such file")
+            spec = importlib.util.spec_from_file_location("fusionsearch_user_model", where)
+            assert spec and spec.loader
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # MODULE as the user sees it from here
+            module = importlib.import_module(where)
+    except SpecError:
+        raise
+    except Exception as e:
+        raise SpecError(f"{where}: cannot be imported ({type(e).__name__}: {e})") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise SpecError(f"{where} has no callable {name!r}")
+    return factory
+
+
+def _parse_input(text: str, device: str) -> Any:
+    """'16x64' or '16x64:float16' -> a random tensor of that shape and dtype (default float32)."""
+    import torch
+
+    from fusionsearch.graph.registry import dtype_from_name
+
+    dims, _, dtype = text.partition(":")
+    parts = dims.lower().split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise SpecError(f"--inputs {text!r}: write a shape as 16x4096, optionally with a dtype: 16x4096:bfloat16")
+    dt = dtype_from_name(dtype or "float32", f"--inputs {text!r}")
+    return torch.randn(*map(int, parts), generator=torch.Generator().manual_seed(0)).to(device=device, dtype=dt)
+
+
+def _cmd_tune_model(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+
+    from fusionsearch.dynamo.backend import tune_model
+    from fusionsearch.dynamo.plan_cache import default_cache_dir
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    inputs = [_parse_input(t, device) for t in args.inputs]
+    factory = _load_factory(args.target)
+    try:
+        model = factory()
+    except Exception as e:
+        raise SpecError(f"{args.target}() raised {type(e).__name__}: {e}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise SpecError(f"{args.target} returned a {type(model).__name__}, not a torch.nn.Module")
+    model = model.to(device).eval()
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # the tuned kernels run in Triton's interpreter here
+        print("no GPU here: regions are validated in Triton's CPU interpreter and ranked by the cost model",
+              file=sys.stderr)
+    start = time.time()
+    stats = tune_model(model, *inputs, progress=not args.quiet, trials=args.trials, search_backend=args.backend,
+                       cache=args.cache, seed=args.seed)
+    cache = args.cache or default_cache_dir()
+    print(f"tuned {stats.regions} matmul regions: {stats.searched} searched, {stats.cached} loaded from the plan "
+          f"cache (identical regions share one plan) in {time.time() - start:.1f} s; plans in {cache}")
+    print(f"use them: torch.compile(model, backend=fusionsearch.backend(cache={cache!r}, trials={args.trials}))")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusionsearch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -181,6 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan")
     p.add_argument("--graph", default=None, help="the graph spec (default: graph.json beside the plan)")
     p.set_defaults(func=_cmd_explain)
+    p = sub.add_parser("tune-model", help="tune every matmul region of a PyTorch model into the plan cache")
+    p.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY, a callable returning an nn.Module")
+    p.add_argument("--inputs", action="append", required=True,
+                   help="an example input's shape and dtype, e.g. 16x4096:bfloat16 (repeat for each input)")
+    p.add_argument("--trials", type=int, default=32, help="trials per distinct matmul region (default 32)")
+    p.add_argument("--backend", default="auto", help="auto (gpu when present), gpu, interpret (CPU), model")
+    p.add_argument("--cache", default=None, help="plan cache directory (default $FUSIONSEARCH_CACHE_DIR/plans)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_tune_model)
     # ---- costmodel: collect / train / evaluate ----
     cm = sub.add_parser("costmodel", help="collect kernel timings, train and evaluate the learned cost model")
     cm_sub = cm.add_subparsers(dest="costmodel_command", required=True)

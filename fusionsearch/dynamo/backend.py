@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,9 +27,10 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.regions import Region, partition
 from fusionsearch.errors import FusionSearchError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan
 
-__all__ = ["BackendOptions", "BackendStats", "backend", "fusionsearch_backend"]
+__all__ = ["BackendOptions", "BackendStats", "backend", "fusionsearch_backend", "tune_model"]
 
 log = logging.getLogger("fusionsearch.backend")
 
@@ -126,8 +128,28 @@ class _Compiler:
             raise _Decline("no matmul to fuse around")
         if len(g.outputs) != spec.num_leaves:
             raise _Decline(f"the graph returns {spec.num_leaves} values, {len(g.outputs)} of them tensors")
+        steps = self.regions(g, [*example_inputs, *state], device)
+        inputs, outputs = list(g.inputs), list(g.outputs)
+
+        def call(*args: torch.Tensor) -> Any:
+            values = dict(zip(inputs, [*args, *state], strict=True))
+            for run, ins, outs in steps:
+                values.update(zip(outs, run(*[values[i] for i in ins]), strict=True))
+            return tree_unflatten([values[o] for o in outputs], spec)
+
+        return call
+
+    def regions(self, g: OpGraph, values: list[torch.Tensor], device: str, progress: bool = False
+                ) -> list[tuple[Callable[..., list[torch.Tensor]], tuple[str, ...], tuple[str, ...]]]:
+        """(run, parent inputs, parent outputs) of each region of `g` in order, each matmul region searched
+        or loaded from the plan cache; `values` are the example values of g's inputs."""
         regions = partition(g)
-        env = dict(zip(g.inputs, [*example_inputs, *state], strict=True))
+        env = dict(zip(g.inputs, values, strict=True))
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=sum(r.tuned for r in regions), unit="region", file=sys.stderr, dynamic_ncols=True)
         steps = []
         for region in regions:
             ins = [env[i] for i in region.inputs] if device != "cpu-interpreter" else None
@@ -135,15 +157,12 @@ class _Compiler:
             if ins is not None:  # the next regions are searched on the values this one computes
                 env.update(zip(region.outputs, run(*ins), strict=True))
             steps.append((run, region.inputs, region.outputs))
-        outputs = list(g.outputs)
-
-        def call(*args: torch.Tensor) -> Any:
-            values = dict(zip(g.inputs, [*args, *state], strict=True))
-            for run, ins, outs in steps:
-                values.update(zip(outs, run(*[values[i] for i in ins]), strict=True))
-            return tree_unflatten([values[o] for o in outputs], spec)
-
-        return call
+            if bar is not None and region.tuned:
+                bar.update(1)
+                bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}")
+        if bar is not None:
+            bar.close()
+        return steps
 
     def _plan(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> Plan:
         """A glue region's plain plan; a matmul region's plan from the cache (identical regions share one),
@@ -169,6 +188,27 @@ class _Compiler:
         self.cache.store(key, g, res.best, res.best_us, {"device": device, "settings": asdict(self.options)})
         self.stats.searched += 1
         return res.best
+
+
+def tune_model(model: torch.nn.Module, *example_inputs: torch.Tensor, progress: bool = True,
+               **options: Any) -> BackendStats:
+    """Search every matmul region of `model` traced on `example_inputs` (identical regions once) into the plan
+    cache that `torch.compile(model, backend=fusionsearch.backend(cache=...))` then reads: what
+    `fusionsearch tune-model` runs. FusionSearchError when the model cannot be tuned, saying why."""
+    from fusionsearch.graph.capture import capture
+
+    compiler = _Compiler(BackendOptions(**options))
+    try:
+        device = _device(list(example_inputs))
+    except _Decline as e:
+        raise FusionSearchError(str(e)) from None
+    state = [v for _, v in model.named_parameters()] + [v for _, v in model.named_buffers()]
+    with torch.no_grad():
+        g = capture(model, *example_inputs)
+        if not g.nodes_of_kind("template"):
+            raise FusionSearchError("the model has no matmul to fuse around")
+        compiler.regions(g, [*example_inputs, *state], device, progress)
+    return compiler.stats
 
 
 def _device(example_inputs: Sequence[Any]) -> str:

@@ -149,3 +149,42 @@ def test_bad_backend_options_are_spec_errors(bad: dict[str, object]) -> None:
 
 def test_the_backend_is_registered_with_torch_compile() -> None:
     assert "fusionsearch" in torch.compiler.list_backends()
+
+
+def test_tune_model_fills_the_plan_cache_that_torch_compile_then_reads(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from fusionsearch import cli
+
+    model_file = tmp_path / "model.py"
+    model_file.write_text(MODELS + "\ndef make():\n    torch.manual_seed(0)\n"
+                          "    return torch.nn.Sequential(*[MLPBlock() for _ in range(3)])\n")
+    cache = tmp_path / "plans"
+    argv = ["tune-model", f"{model_file}:make", "--inputs", "16x64", "--trials", "3", "--cache", str(cache),
+            "--quiet"]
+    assert cli.main(argv) == 0
+    assert "tuned 6 matmul regions: 2 searched, 4 loaded" in capsys.readouterr().out
+    torch.manual_seed(0)  # the same weights: the factory seeds them
+    model = torch.nn.Sequential(*[ns["MLPBlock"]() for _ in range(3)]).eval()
+    x = torch.randn(16, 64)
+    be = fs.backend(trials=3, fallback="eager", cache=str(cache))
+    with torch.no_grad():
+        out = torch.compile(model, backend=be, dynamic=False)(x)
+        ref = model.double()(x.double())
+    assert (be.stats.regions, be.stats.searched, be.stats.cached) == (6, 0, 6)
+    assert _close(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune-model", "nomodule_here:make", "--inputs", "16x64"], "cannot be imported"),
+    (["tune-model", "json:JSONDecoder", "--inputs", "16x64"], "not a torch.nn.Module"),
+    (["tune-model", "json:dumps", "--inputs", "16x64"], "json:dumps() raised TypeError"),
+    (["tune-model", "json", "--inputs", "16x64"], "MODULE:FACTORY"),
+    (["tune-model", "json:dumps", "--inputs", "16xq"], "write a shape"),
+])
+def test_tune_model_bad_input_is_one_line_and_exit_2(argv: list[str], message: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from fusionsearch import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
