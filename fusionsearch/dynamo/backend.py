@@ -121,7 +121,8 @@ class _Compiler:
                            "torch.no_grad() or torch.inference_mode())")
         spec = _output_spec(gm)
         try:
-            g = capture(gm, *example_inputs)
+            with torch._guards.tracing(None):  # trace with fresh fake tensors, not Dynamo's symbolic sizes
+                g = capture(gm, *example_inputs)
         except FusionSearchError as e:
             raise _Decline(f"tracing failed ({e})") from None
         if not g.nodes_of_kind("template"):

@@ -44,6 +44,30 @@ MODELS = textwrap.dedent('''
         def forward(self, x):
             return x @ (self.w.to(x.dtype) * self.scale.to(x.dtype)) + self.b.to(x.dtype)
 
+    class DecoderLayer(torch.nn.Module):
+        """A decoder layer: RMSNorm, attention (SDPA), RMSNorm, SwiGLU MLP; sizes read off the input."""
+
+        def __init__(self, d=32, h=64, heads=2):
+            super().__init__()
+            self.heads = heads
+            self.n1, self.n2 = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.ones(d))
+            self.qkv, self.o = torch.nn.Linear(d, 3 * d, bias=False), torch.nn.Linear(d, d, bias=False)
+            self.w1, self.w3 = torch.nn.Linear(d, h, bias=False), torch.nn.Linear(d, h, bias=False)
+            self.w2 = torch.nn.Linear(h, d, bias=False)
+
+        @staticmethod
+        def norm(x, w):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.norm(x, self.n1)).split(d, dim=-1)
+            q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=s > 1)
+            x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
+            y = self.norm(x, self.n2)
+            return x + self.w2(torch.nn.functional.silu(self.w1(y)) * self.w3(y))
+
     def w8_stack(dtype=torch.float32):
         return torch.nn.Sequential(W8Linear(64, 96, 1), torch.nn.ReLU(), W8Linear(96, 32, 2)).to(dtype)
 ''')
@@ -52,7 +76,7 @@ exec(compile(MODELS, "models", "exec"), ns)  # the subprocess test builds the sa
 
 
 def _compile(model: torch.nn.Module, cache: Path, **options: object) -> tuple[torch.nn.Module, object]:
-    be = fs.backend(trials=3, fallback="eager", cache=str(cache), **options)
+    be = fs.backend(**{"trials": 3, "fallback": "eager", "cache": str(cache), **options})
     return torch.compile(model, backend=be, dynamic=False), be
 
 
@@ -69,6 +93,19 @@ def test_a_transformer_mlp_block_compiles_and_matches_eager(tmp_path: Path) -> N
         out = compiled(x)
         ref = block.double()(x.double())
     assert (be.stats.regions, be.stats.searched, be.stats.declined) == (2, 2, [])  # up and down projections
+    assert _close(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 32), (1, 8, 32)], ids=["decode", "prefill"])
+def test_a_small_decoder_compiles_and_matches_eager(tmp_path: Path, shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(ns["DecoderLayer"](), ns["DecoderLayer"]()).eval()
+    x = torch.randn(*shape)
+    compiled, be = _compile(model, tmp_path, trials=2)
+    with torch.no_grad():
+        out = compiled(x)
+        ref = model.double()(x.double())
+    assert be.stats.declined == [] and be.stats.regions == 10  # qkv, o, w1, w3, w2 in each layer
     assert _close(out, ref) < 1e-5
 
 
