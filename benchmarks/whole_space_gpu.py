@@ -23,22 +23,10 @@ import fusionsearch as fs
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.costmodel.collect import hardware_signature
 from fusionsearch.datasets.workloads import REFERENCE_CASES, case_name
-from fusionsearch.errors import PlanError, failure_reason
+from fusionsearch.errors import failure_reason
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.search.space import enumerate_space
 from fusionsearch.search.study import SearchOptions, run_study
-
-
-def all_plans(space: fs.search.space.Space) -> list:
-    """Every legal plan of the space: each combination of group options and tile configs."""
-    plans = {}
-    for params in space.every_params():
-        try:
-            p = space.plan(params)
-        except PlanError:
-            continue
-        plans.setdefault(p.to_json(), p)
-    return list(plans.values())
 
 
 def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list[dict], best: float,
@@ -77,7 +65,7 @@ def main() -> None:
         g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
         k = args.swiglu_configs if c["workload"] == "swiglu" else args.max_configs
         space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), k)
-        plans = all_plans(space)
+        plans = [plan for _, plan in space.distinct_plans()]
         failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
         inputs = fs.random_inputs(g, seed=0, device="cuda")
         refs = fs.reference(g, inputs, float64=True)

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from fusionsearch.errors import PlanError
 from fusionsearch.search.plan import Plan
 from fusionsearch.search.space import Space
 
@@ -31,16 +30,9 @@ class PlanRanking:
         from fusionsearch.costmodel.analytic import estimate
 
         self.model_of, self.hw = model_of, hw
-        plans: dict[str, tuple[dict[str, str], Plan]] = {}
-        for params in _candidates(space, seed):
-            try:
-                plan = space.plan(params)
-            except PlanError:
-                continue
-            if admit(plan):
-                plans.setdefault(plan.to_json(), (params, plan))
-        self.params = [p for p, _ in plans.values()]
-        self._plans = [plan for _, plan in plans.values()]
+        kept = [(params, plan) for params, plan in space.distinct_plans(_candidates(space, seed)) if admit(plan)]
+        self.params = [p for p, _ in kept]
+        self._plans = [plan for _, plan in kept]
         self._analytic = np.array([estimate(p, hw).time_us for p in self._plans])
         self._features: tuple[np.ndarray, np.ndarray] | None = None  # built on the first learned ranking
 

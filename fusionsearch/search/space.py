@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,18 @@ class Space:
         choices = self.parameter_choices()
         for combo in itertools.product(*choices.values()):
             yield dict(zip(choices, combo, strict=True))
+
+    def distinct_plans(self, params: Iterable[Mapping[str, str]] | None = None) -> list[tuple[dict[str, str], Plan]]:
+        """(parameters, plan) of each distinct legal plan among `params` (default: every combination), in
+        order; of parameters giving one plan, the first is kept; illegal combinations are skipped."""
+        plans: dict[str, tuple[dict[str, str], Plan]] = {}
+        for p in self.every_params() if params is None else params:
+            try:
+                plan = self.plan(p)
+            except PlanError:
+                continue
+            plans.setdefault(plan.to_json(), (dict(p), plan))
+        return list(plans.values())
 
     def decisions(self, choice: Mapping[str, str]) -> dict[str, Decision]:
         """Per-node decisions for one option per group."""

@@ -176,7 +176,7 @@ def test_the_ranked_sampler_measures_the_cost_models_fastest_plans_first() -> No
     g = _small_space_graph()
     best_us, best_plans = _ground_truth(g, max_configs=2)
     space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2)
-    predicted = sorted({p.to_json(): estimate(p).time_us for p in _legal_plans(space)}.values())
+    predicted = sorted(estimate(p).time_us for _, p in space.distinct_plans())
     res = run_study(g, SearchOptions(trials=4, backend="model", sampler="ranked", max_configs=2))
     values = [t.value_us for t in sorted(res.trials, key=lambda t: t.number)]
     assert values == pytest.approx(predicted[:4])  # the four fastest distinct plans, in order
@@ -191,18 +191,6 @@ def test_auto_sampler_ranks_with_a_learned_model_and_uses_tpe_without(tmp_path: 
     objective.model = object()  # any learned model
     assert S._sampler_name(SearchOptions(), objective) == "ranked"
     assert S._sampler_name(SearchOptions(sampler="random"), objective) == "random"
-
-
-def _legal_plans(space: object) -> list[Plan]:
-    from fusionsearch.errors import PlanError
-
-    plans = []
-    for params in space.every_params():  # type: ignore[attr-defined]
-        try:
-            plans.append(space.plan(params))  # type: ignore[attr-defined]
-        except PlanError:
-            pass
-    return plans
 
 
 def test_brute_force_short_of_exhausting_tries_distinct_combinations() -> None:
