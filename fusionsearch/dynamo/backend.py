@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.regions import Region, partition
-from fusionsearch.errors import FusionSearchError, SpecError
+from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan
 
@@ -100,8 +100,9 @@ class _Compiler:
             return self._compile(gm, list(example_inputs))
         except _Decline as e:
             reason = str(e)
-        except FusionSearchError as e:  # a search that found nothing valid, a plan that does not generate
-            reason = f"{type(e).__name__}: {e}"
+        except Exception as e:  # a search that found nothing valid, a region that fails to compile or run:
+            reason = failure_reason(e, 300)  # the model still runs, through the fallback
+            log.debug("fusionsearch backend failure", exc_info=True)
         self.stats.declined.append(reason)
         log.warning("fusionsearch backend: graph of %d nodes runs through %s: %s", len(gm.graph.nodes),
                     self.options.fallback, reason)

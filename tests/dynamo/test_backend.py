@@ -178,6 +178,22 @@ def test_graphs_it_cannot_take_fall_back_with_their_reason(tmp_path: Path, caplo
     assert "CUDA" in be.stats.declined[0] and be.stats.searched == 0
 
 
+def test_a_region_that_fails_falls_back_instead_of_failing_the_model(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionsearch.dynamo.plan_cache import PlanCache
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(PlanCache, "load", broken)
+    block = ns["MLPBlock"]().eval()
+    x = torch.randn(8, 64)
+    compiled, be = _compile(block, tmp_path)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), block(x))
+    assert "RuntimeError" in be.stats.declined[0] and "illegal memory access" in be.stats.declined[0]
+
+
 @pytest.mark.parametrize("bad", [{"fallback": "tvm"}, {"trials": 0}])
 def test_bad_backend_options_are_spec_errors(bad: dict[str, object]) -> None:
     with pytest.raises(SpecError):
