@@ -21,10 +21,15 @@ from fusionsearch.graph.ops_extern import _call as call_extern
 from fusionsearch.graph.reference import check_inputs
 
 
+def cache_root() -> str:
+    """Where fusionsearch keeps what it builds (kernels/, plans/): $FUSIONSEARCH_CACHE_DIR, else
+    ~/.cache/fusionsearch."""
+    return os.environ.get("FUSIONSEARCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch")
+
+
 def cache_dir() -> str:
-    """Where generated sources live: $FUSIONSEARCH_CACHE_DIR, else ~/.cache/fusionsearch/kernels."""
-    root = os.environ.get("FUSIONSEARCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch")
-    return os.path.join(root, "kernels")
+    """Where generated sources live: <cache_root>/kernels."""
+    return os.path.join(cache_root(), "kernels")
 
 
 def source_key(source: str) -> str:

@@ -13,10 +13,8 @@ from fusionsearch.graph.registry import dtype_name
 
 # The learned model shipped for the device it was trained on; the search only loads it (and scikit-learn)
 # when the file exists.
-_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "datasets", "data")
-DEFAULT_MODEL_PATH = os.path.join(_DATA_DIR, "costmodel.skops")
-# The measurements the shipped model was trained on; a search refits the model on them plus its own.
-DEFAULT_DATA_PATH = os.path.join(_DATA_DIR, "h200-measurements.jsonl.gz")
+DEFAULT_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "datasets", "data", "costmodel.skops")
 
 
 @dataclass(frozen=True)

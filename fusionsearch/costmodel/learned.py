@@ -76,22 +76,17 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
 
     # ---- fitting and predicting ----------------------------------------------------------------
     def fit(self, X: Any, y: Any, hardware: Hardware | dict[str, Any] | None = None,
-            sample_weight: Any = None, groups: Any = None) -> LearnedCostModel:
+            groups: Any = None) -> LearnedCostModel:
         """Fit on feature rows `X` (FEATURE_NAMES columns) and measured kernel times `y` (µs); returns self.
 
         `hardware` names the GPU the times were measured on (else what `set_hardware` set, if anything);
-        `sample_weight` weighs rows (a refit counts the searched graph's own rows more); `groups` (a graph id
-        per row) makes each bag a share of the graphs rather than of the rows."""
+        `groups` (a graph id per row) makes each bag a share of the graphs rather than of the rows."""
         X = self._check_X(X)
         y = np.asarray(y, dtype=np.float64).ravel()
         if len(y) != len(X):
             raise CostModelError(f"{len(X)} feature rows but {len(y)} times; pass one time (µs) per row")
         if len(y) == 0 or not np.all(np.isfinite(y)) or np.any(y <= 0):
             raise CostModelError("kernel times must be positive, finite numbers of µs (and at least one given)")
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
-            if sample_weight.shape != y.shape or not np.all(np.isfinite(sample_weight)) or np.any(sample_weight < 0):
-                raise CostModelError("sample_weight must hold one finite, non-negative weight per row")
         if not (isinstance(self.n_bags, int) and self.n_bags >= 1 and 0 < self.bag_fraction <= 1):
             raise CostModelError(f"n_bags must be a positive integer and bag_fraction in (0, 1], got "
                                  f"{self.n_bags!r} and {self.bag_fraction!r}")
@@ -102,8 +97,7 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
                 learning_rate=self.learning_rate, max_iter=self.max_iter, max_leaf_nodes=self.max_leaf_nodes,
                 min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
                 early_stopping=False, random_state=self.random_state)
-            weight = None if sample_weight is None else sample_weight[rows]
-            self.models_.append(model.fit(X[rows], target[rows], sample_weight=weight))
+            self.models_.append(model.fit(X[rows], target[rows]))
         self.schema_version_ = FEATURE_SCHEMA_VERSION
         self.feature_names_ = list(FEATURE_NAMES)
         self.n_features_in_ = len(FEATURE_NAMES)

@@ -32,7 +32,7 @@ class StudyRefit:
     def __init__(self, model: Any, hw: Hardware, every: int = 8) -> None:
         if every < 1:
             raise CostModelError(f"refit every {every} measured plans: give a positive number")
-        self.base, self.model, self.hw, self.every = model, model, hw, every
+        self.base, self.hw, self.every = model, hw, every
         self._X: list[np.ndarray] = []
         self._y: list[float] = []
         self._since = 0
@@ -59,7 +59,7 @@ class StudyRefit:
         search may still hold it); the base model itself while nothing was measured."""
         self._since = 0
         if not self._y:
-            return self.model
-        self.model = correct(self.base, np.array(self._X), np.array(self._y))
+            return self.base
+        model = correct(self.base, np.array(self._X), np.array(self._y))
         self.refits += 1
-        return self.model
+        return model

@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.regions import Region, partition
 from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
+from fusionsearch.graph.capture import capture, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan
 
@@ -113,21 +114,13 @@ class _Compiler:
         return compile_fx(gm, example_inputs)
 
     def _compile(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-        from fusionsearch.graph.capture import capture
-
         device = _device(example_inputs)
-        state = [v for _, v in gm.named_parameters()] + [v for _, v in gm.named_buffers()]
+        state = module_state(gm)
         if torch.is_grad_enabled() and any(t.requires_grad for t in [*example_inputs, *state]):
             raise _Decline("gradients are needed: the generated kernels are forward-only (run inference under "
                            "torch.no_grad() or torch.inference_mode())")
         spec = _output_spec(gm)
-        try:
-            with torch._guards.tracing(None):  # trace with fresh fake tensors, not Dynamo's symbolic sizes
-                g = capture(gm, *example_inputs)
-        except FusionSearchError as e:
-            raise _Decline(f"tracing failed ({e})") from None
-        if not g.nodes_of_kind("template"):
-            raise _Decline("no matmul to fuse around")
+        g = _traced(gm, example_inputs)
         if len(g.outputs) != spec.num_leaves:
             raise _Decline(f"the graph returns {spec.num_leaves} values, {len(g.outputs)} of them tensors")
         steps = self.regions(g, [*example_inputs, *state], device)
@@ -197,20 +190,28 @@ def tune_model(model: torch.nn.Module, *example_inputs: torch.Tensor, progress: 
     """Search every matmul region of `model` traced on `example_inputs` (identical regions once) into the plan
     cache that `torch.compile(model, backend=fusionsearch.backend(cache=...))` then reads: what
     `fusionsearch tune-model` runs. FusionSearchError when the model cannot be tuned, saying why."""
-    from fusionsearch.graph.capture import capture
-
     compiler = _Compiler(BackendOptions(**options))
-    try:
-        device = _device(list(example_inputs))
-    except _Decline as e:
-        raise FusionSearchError(str(e)) from None
-    state = [v for _, v in model.named_parameters()] + [v for _, v in model.named_buffers()]
     with torch.no_grad():
-        g = capture(model, *example_inputs)
-        if not g.nodes_of_kind("template"):
-            raise FusionSearchError("the model has no matmul to fuse around")
-        compiler.regions(g, [*example_inputs, *state], device, progress)
+        try:
+            device = _device(list(example_inputs))
+            g = _traced(model, list(example_inputs))
+        except _Decline as e:
+            raise FusionSearchError(str(e)) from None
+        compiler.regions(g, [*example_inputs, *module_state(model)], device, progress)
     return compiler.stats
+
+
+def _traced(module: torch.nn.Module, example_inputs: list[torch.Tensor]) -> OpGraph:
+    """The module's OpGraph (its parameters and buffers as trailing inputs, see capture.module_state);
+    _Decline when it does not trace or holds no matmul."""
+    try:
+        with torch._guards.tracing(None):  # fresh fake tensors, not Dynamo's symbolic sizes (inside a compile)
+            g = capture(module, *example_inputs)
+    except FusionSearchError as e:
+        raise _Decline(f"tracing failed ({e})") from None
+    if not g.nodes_of_kind("template"):
+        raise _Decline("no matmul to fuse around")
+    return g
 
 
 def _device(example_inputs: Sequence[Any]) -> str:

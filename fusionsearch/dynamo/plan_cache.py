@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from fusionsearch.codegen.runtime import cache_root
 from fusionsearch.errors import FusionSearchError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import Plan
@@ -22,9 +23,8 @@ FORMAT = "fusionsearch-plan-cache-v1"
 
 
 def default_cache_dir() -> str:
-    """$FUSIONSEARCH_CACHE_DIR/plans, else ~/.cache/fusionsearch/plans."""
-    root = os.environ.get("FUSIONSEARCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch")
-    return os.path.join(root, "plans")
+    """<codegen.runtime.cache_root>/plans, beside the generated kernels."""
+    return os.path.join(cache_root(), "plans")
 
 
 class PlanCache:

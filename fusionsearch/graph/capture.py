@@ -40,15 +40,7 @@ class _Multi:
     node: fx.Node
 
 
-@dataclass(frozen=True)
-class _Int:
-    """A size read off a tensor (aten.sym_size and kin, as Dynamo's graphs call them): a plain number once
-    shapes are static, used as an argument of the ops that follow."""
-
-    value: int
-
-
-Value = str | _Const | _Multi | _Int
+Value = str | _Const | _Multi
 
 _IDENTITY = {"clone", "contiguous", "alias", "detach", "lift_fresh", "lift_fresh_copy"}
 _UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "silu"}
@@ -80,13 +72,23 @@ def _flatten(fn: Callable[..., Any], inputs: list[torch.Tensor]
     if not isinstance(fn, torch.nn.Module):
         return fn, names, inputs
     module, n = fn, len(inputs)
-    state = [*module.named_parameters(), *module.named_buffers()]
+    state = _named_state(module)
     keys = [k for k, _ in state]
 
     def call(*tensors: torch.Tensor) -> Any:
         return torch.func.functional_call(module, dict(zip(keys, tensors[n:], strict=True)), tuple(tensors[:n]))
 
     return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state]
+
+
+def _named_state(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
+def module_state(module: torch.nn.Module) -> list[torch.Tensor]:
+    """A module's parameters and buffers in the order capture appends them as graph inputs (after the
+    example inputs): what a caller passes after its own inputs to run the captured graph."""
+    return [v for _, v in _named_state(module)]
 
 
 def _param_names(fn: Callable[..., Any], count: int) -> list[str]:
@@ -204,8 +206,6 @@ class _Builder:
     def _tensor(self, node: fx.Node) -> str:
         """The graph node holding `node`'s value; a folded constant is materialised as a scalar_tensor extern."""
         value = self.env[node]
-        if isinstance(value, _Int):
-            raise GraphError(f"{node.name} is a size ({value.value}), used where a tensor is expected")
         if isinstance(value, _Const):
             attrs = {"target": "aten.scalar_tensor.default", "args": [value.value],
                      "kwargs": {"dtype": encode_arg(value.dtype)}}
@@ -221,9 +221,7 @@ class _Builder:
         out: list[str | Scalar | None] = []
         for a in args:
             value = self.env[a] if isinstance(a, fx.Node) else None
-            if isinstance(value, _Int):
-                out.append(value.value)
-            elif isinstance(value, _Const) and _foldable(value, dtypes):
+            if isinstance(value, _Const) and _foldable(value, dtypes):
                 out.append(value.value)
             elif isinstance(a, fx.Node):
                 out.append(self._tensor(a))
@@ -246,9 +244,6 @@ class _Builder:
             raise GraphError(f"cannot capture getitem on {args[0]}")
         if not isinstance(target, torch._ops.OpOverload):
             raise GraphError(f"cannot capture {target}: only aten ops are supported")
-        val = node.meta.get("val")
-        if isinstance(val, int) and not isinstance(val, bool):
-            return _Int(val)
         if isinstance(node.meta.get("val"), tuple | list):
             return _Multi(node)
         op = target.overloadpacket.__name__
@@ -385,8 +380,6 @@ class _Builder:
         args, kw = _args(node)
 
         def encode(arg: object) -> object:
-            if isinstance(arg, fx.Node) and isinstance(self.env[arg], _Int):
-                return encode_arg(self.env[arg].value)  # type: ignore[union-attr]
             if isinstance(arg, fx.Node):
                 src = self._tensor(arg)
                 if src not in inputs:

@@ -222,7 +222,6 @@ class Objective:
         self.estimate = estimate
         self.model = _cost_model(options.cost_model)
         self.refit = _study_refit(self.model, options, backend, hw)
-        self.model_version = 0  # counts refits: the ranked sampler re-ranks when it changes
         self.measured_plans: list[Plan] = []
         self.inputs = inputs
         self.best_measured_prediction = float("inf")
@@ -268,17 +267,22 @@ class Objective:
                 return self._prune(trial, "invalid", reason)
             value = predicted
         else:
-            refits = self.refit.refits if self.refit else 0
+            version = self.model_version
             value = self._measure(trial, plan)
             if value == float("inf"):
                 return self._prune(trial, "failed", trial.user_attrs.get("reason", ""))
-            if self.refit and self.refit.refits != refits:
+            if self.model_version != version:
                 predicted = self.best_measured_prediction  # the refitted model's bar, this plan included
         trial.set_user_attr("status", {"gpu": "measured", "interpret": "validated", "model": "estimated"}[self.backend])
         if value < self.best_value:
             self.best_value = value
         self.best_measured_prediction = min(self.best_measured_prediction, predicted)
         return value
+
+    @property
+    def model_version(self) -> int:
+        """How many times the learned model was corrected: the ranked sampler re-ranks when it changes."""
+        return self.refit.refits if self.refit is not None else 0
 
     def bytes_rule_refuses(self, plan: Plan) -> str:
         """Why the bytes rule refuses the plan's prologues ('' when it does not, or is lifted)."""
@@ -355,9 +359,10 @@ class Objective:
         trial.set_user_attr("kernel_us", kernel_us)
         self.measured_plans.append(plan)
         if self.refit.add(plan, kernel_us):
+            from fusionsearch.costmodel.learned import plan_times_us
+
             self.model = self.refit.refit()
-            self.model_version += 1
-            self.best_measured_prediction = min(self.predict(p) for p in self.measured_plans)
+            self.best_measured_prediction = min(plan_times_us(self.model, self.measured_plans, self.hw))
             trial.set_user_attr("refit", f"model refitted on {self.refit.measured_kernels} kernels of this search")
 
 

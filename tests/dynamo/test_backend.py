@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -84,16 +85,22 @@ def _close(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).abs().max() / ref.abs().max())
 
 
+def _run(model: torch.nn.Module, x: torch.Tensor, cache: Path, **options: object) -> tuple[torch.Tensor, float, Any]:
+    """The compiled model's output, its relative error against eager in float64, and the backend's stats."""
+    compiled, be = _compile(model, cache, **options)
+    with torch.no_grad():
+        out = compiled(x)
+        ref = model.double()(x.double())
+    return out, _close(out, ref), be.stats
+
+
 def test_a_transformer_mlp_block_compiles_and_matches_eager(tmp_path: Path) -> None:
     torch.manual_seed(0)
     block = ns["MLPBlock"]().eval()
     x = torch.randn(16, 64)
-    compiled, be = _compile(block, tmp_path)
-    with torch.no_grad():
-        out = compiled(x)
-        ref = block.double()(x.double())
-    assert (be.stats.regions, be.stats.searched, be.stats.declined) == (2, 2, [])  # up and down projections
-    assert _close(out, ref) < 1e-5
+    out, err, stats = _run(block, x, tmp_path)
+    assert (stats.regions, stats.searched, stats.declined) == (2, 2, [])  # up and down projections
+    assert err < 1e-5
 
 
 @pytest.mark.parametrize("shape", [(2, 1, 32), (1, 8, 32)], ids=["decode", "prefill"])
@@ -101,24 +108,18 @@ def test_a_small_decoder_compiles_and_matches_eager(tmp_path: Path, shape: tuple
     torch.manual_seed(0)
     model = torch.nn.Sequential(ns["DecoderLayer"](), ns["DecoderLayer"]()).eval()
     x = torch.randn(*shape)
-    compiled, be = _compile(model, tmp_path, trials=2)
-    with torch.no_grad():
-        out = compiled(x)
-        ref = model.double()(x.double())
-    assert be.stats.declined == [] and be.stats.regions == 10  # qkv, o, w1, w3, w2 in each layer
-    assert _close(out, ref) < 1e-5
+    out, err, stats = _run(model, x, tmp_path, trials=2)
+    assert stats.declined == [] and stats.regions == 10  # qkv, o, w1, w3, w2 in each layer
+    assert err < 1e-5
 
 
 def test_identical_layers_are_searched_once(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[ns["MLPBlock"]() for _ in range(4)]).eval()
     x = torch.randn(16, 64)
-    compiled, be = _compile(model, tmp_path)
-    with torch.no_grad():
-        out = compiled(x)
-        ref = model.double()(x.double())
-    assert (be.stats.regions, be.stats.searched, be.stats.cached) == (8, 2, 6)
-    assert len(os.listdir(tmp_path)) == 2 and _close(out, ref) < 1e-5
+    out, err, stats = _run(model, x, tmp_path)
+    assert (stats.regions, stats.searched, stats.cached) == (8, 2, 6)
+    assert len(os.listdir(tmp_path)) == 2 and err < 1e-5
 
 
 def test_a_w8_quantised_linear_stack_compiles_and_matches_eager(tmp_path: Path) -> None:
@@ -126,12 +127,9 @@ def test_a_w8_quantised_linear_stack_compiles_and_matches_eager(tmp_path: Path) 
     # scales overflow float16 two layers deep (on a GPU the model's own inputs are used)
     stack = ns["w8_stack"]().eval()
     x = torch.randn(16, 64)
-    compiled, be = _compile(stack, tmp_path)
-    with torch.no_grad():
-        out = compiled(x)
-        ref = stack.double()(x.double())
-    assert (be.stats.regions, be.stats.searched, be.stats.declined) == (2, 2, [])
-    assert out.dtype == torch.float32 and _close(out, ref) < 1e-5
+    out, err, stats = _run(stack, x, tmp_path)
+    assert (stats.regions, stats.searched, stats.declined) == (2, 2, [])
+    assert out.dtype == torch.float32 and err < 1e-5
 
 
 def test_a_second_process_loads_the_plan_instead_of_searching(tmp_path: Path) -> None:
@@ -219,12 +217,9 @@ def test_tune_model_fills_the_plan_cache_that_torch_compile_then_reads(tmp_path:
     torch.manual_seed(0)  # the same weights: the factory seeds them
     model = torch.nn.Sequential(*[ns["MLPBlock"]() for _ in range(3)]).eval()
     x = torch.randn(16, 64)
-    be = fs.backend(trials=3, fallback="eager", cache=str(cache))
-    with torch.no_grad():
-        out = torch.compile(model, backend=be, dynamic=False)(x)
-        ref = model.double()(x.double())
-    assert (be.stats.regions, be.stats.searched, be.stats.cached) == (6, 0, 6)
-    assert _close(out, ref) < 1e-5
+    _, err, stats = _run(model, x, cache)
+    assert (stats.regions, stats.searched, stats.cached) == (6, 0, 6)
+    assert err < 1e-5
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -35,9 +35,16 @@ def test_prologue_and_epilogue_work_joins_its_matmul() -> None:
     (region,) = _check(fs.workload("w8_dequant_mm"))  # dequant (prologue side) and all: one region
     assert region.tuned and len(region.graph) == len(fs.workload("w8_dequant_mm"))
     regions = _check(fs.workload("swiglu"))
-    # silu(x @ w1) * (x @ w3) joins the later matmul's region, which reads the first one's output
     assert [len(r.graph.nodes_of_kind("template")) for r in regions] == [1, 1, 1]
-    assert any(r.graph.node(n).op == "silu" for r in regions for n in r.graph.topo_order())
+
+    def holding(op: str) -> object:
+        (r,) = [r for r in regions if any(r.graph.node(n).op == op for n in r.graph.topo_order())]
+        return r
+
+    # silu(x @ w1) is x @ w1's epilogue; the product with x @ w3 joins the later matmul's region, which
+    # reads the first one's output
+    silu, mul = holding("silu"), holding("mul")
+    assert silu is not mul and silu.tuned and mul.tuned and set(silu.outputs) & set(mul.inputs)
 
 
 def test_repeated_layers_give_regions_with_one_signature() -> None:
