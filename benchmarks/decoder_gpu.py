@@ -3,13 +3,14 @@ fusionsearch backend at decode (batch 1 and 16, one token) and prefill (one sequ
 weights built here (no download). The backend's first call (search + compile) is reported as its tuning time;
 every output is checked against eager. Writes decoder.json and decoder.md under --out, the table last.
 
-Run on the GPU machine:  PYTHONPATH=. python benchmarks/decoder_gpu.py --out $OUT [--trials 16]"""
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/decoder_gpu.py --out $OUT [--trials 16] [--cache DIR]"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import tempfile
 import time
 
 import torch
@@ -75,6 +76,8 @@ def main() -> None:
     ap.add_argument("--out", default="out")
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--skip-max-autotune", action="store_true")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "fusionsearch-decoder-plans"),
+                    help="the backend's plan cache (default: a temporary folder, so --out holds only the report)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     model = decoder()
@@ -83,7 +86,7 @@ def main() -> None:
         for name, (b, s) in SHAPES.items():
             x = torch.randn(b, s, 2048, device="cuda", dtype=torch.bfloat16)
             ref = model(x)
-            backend = fs.backend(trials=args.trials, fallback="inductor", cache=os.path.join(args.out, "plans"))
+            backend = fs.backend(trials=args.trials, fallback="inductor", cache=args.cache)
             makers = {"eager": lambda m: m,
                       "torch.compile": lambda m: torch.compile(m, dynamic=False),
                       "max-autotune": lambda m: torch.compile(m, mode="max-autotune-no-cudagraphs", dynamic=False),
