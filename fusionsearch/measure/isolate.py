@@ -25,9 +25,8 @@ from fusionsearch.measure.judge import Judgement
 
 def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
     """In a worker: build the graph and plan, run the plan once (compiling its kernels); '' or the reason."""
+    compiled = None
     try:
-        import torch
-
         from fusionsearch.graph.reference import zero_inputs
         from fusionsearch.graph.spec import graph_from_dict
         from fusionsearch.search.plan import Plan
@@ -35,12 +34,15 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
         g = graph_from_dict(spec)
         plan = Plan.from_json(plan_json, g)
         inputs = zero_inputs(g, device=device)
-        plan.compile()(*inputs)
+        compiled = plan.compile()
+        compiled(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
         return ""
     except Exception as e:  # the reason travels back; the trial fails, not the search
-        return failure_reason(e)
+        from fusionsearch.codegen.runtime import naming_source
+
+        return naming_source(failure_reason(e), compiled)
 
 
 class CompilePool:

@@ -141,3 +141,19 @@ def test_isolation_and_the_trial_time_limit_are_options() -> None:
         SearchOptions(trial_timeout_s=0)
     with pytest.raises(fs.SpecError, match="needs backend 'gpu'"):
         run_study(G, SearchOptions(backend="model"), judge=worker("priced"))
+
+
+def test_a_kernel_failure_names_the_generated_source_to_reproduce_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionsearch.codegen.runtime import CompiledPlan
+    from fusionsearch.measure.validate import validate
+
+    def launch_fails(self: CompiledPlan, *inputs: torch.Tensor, poison: bool = False) -> list[torch.Tensor]:
+        raise RuntimeError("triton.compiler.errors.CompilationError: at 12:4: out of resources")
+
+    monkeypatch.setattr(CompiledPlan, "__call__", launch_fails)
+    plan = fully_fused(G)
+    v = validate(plan, G, fs.random_inputs(G, seed=0))
+    assert not v.ok and "out of resources" in v.reason
+    path = v.reason.split("[generated source: ", 1)[1].rstrip("]")
+    with open(path) as f:
+        assert f.read() == plan.compile().source  # the very source that failed, in the cache
