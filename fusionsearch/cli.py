@@ -60,7 +60,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
                          study_name=args.study, seed=args.seed, timeout=args.timeout,
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
-                         cost_model=args.cost_model, refit_every=args.refit_every)
+                         cost_model=args.cost_model, refit_every=args.refit_every,
+                         trial_timeout_s=args.trial_timeout)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
     from fusionsearch.search.study import resolve_backend
@@ -252,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-every", type=int, default=4,
                    help="on the GPU, correct the learned model on this search's measured kernels every N measured "
                         "plans (default 4; 0 never)")
+    p.add_argument("--trial-timeout", type=float, default=300.0,
+                   help="on the GPU, seconds a plan may take to validate and time before its trial fails and its "
+                        "measurement worker is replaced (default 300)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_search)
     p = sub.add_parser("explain", help="explain a saved plan (a search's --out directory or its plan.json)")

@@ -29,3 +29,39 @@ def _analytic_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     import fusionsearch.costmodel.hardware as hardware
 
     monkeypatch.setattr(hardware, "DEFAULT_MODEL_PATH", os.path.join(_CACHE_DIR, "no-shipped-model.skops"))
+
+
+def _postgres_database() -> str:
+    """A fresh database on the server .ci/run starts (URL in $FUSIONSEARCH_TEST_POSTGRES), so that every test
+    sees an empty storage; skipped without a server, failed instead where CI requires one."""
+    import uuid
+
+    url = os.environ.get("FUSIONSEARCH_TEST_POSTGRES")
+    if not url:
+        if os.environ.get("FUSIONSEARCH_REQUIRE_POSTGRES"):
+            pytest.fail("FUSIONSEARCH_REQUIRE_POSTGRES is set but FUSIONSEARCH_TEST_POSTGRES (the server URL) is not")
+        pytest.skip("no PostgreSQL server: set FUSIONSEARCH_TEST_POSTGRES=postgresql://... (.ci/run starts one)")
+    import psycopg
+
+    name = f"fs_{uuid.uuid4().hex[:16]}"
+    base, _, _ = url.rpartition("/")
+    with psycopg.connect(url, autocommit=True) as conn:  # CREATE DATABASE cannot run inside a transaction
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"{base}/{name}"
+
+
+@pytest.fixture
+def storage_url(tmp_path: object) -> object:
+    """storage_url(kind) -> an empty storage of that kind: a SQLite file, a journal file, or a PostgreSQL
+    database of its own."""
+    from pathlib import Path
+
+    def make(kind: str) -> str:
+        if kind == "sqlite":
+            return f"sqlite:///{Path(str(tmp_path)) / 's.db'}"
+        if kind == "journal":
+            return f"journal:{Path(str(tmp_path)) / 'j.log'}"
+        assert kind == "postgres", kind
+        return _postgres_database()
+
+    return make

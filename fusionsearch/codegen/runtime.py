@@ -86,9 +86,18 @@ class CompiledPlan:
     def cache_key(self) -> str:
         return source_key(self.generated.source)
 
+    def source_path(self) -> str:
+        """The generated source's file in the cache: what a failure names, to reproduce it."""
+        return os.path.join(cache_dir(), f"fs_{self.cache_key}.py")
+
     def __call__(self, *inputs: torch.Tensor, poison: bool = False) -> list[torch.Tensor]:
         check_inputs(self.plan.graph, inputs)
         return self.module.run(*inputs, poison=poison)
+
+
+def naming_source(reason: str, compiled: CompiledPlan | None) -> str:
+    """A failure reason with the generated source it came from (when the plan got that far)."""
+    return reason if compiled is None else f"{reason} [generated source: {compiled.source_path()}]"
 
 
 def _extern_callables(plan: Any) -> list[Any]:

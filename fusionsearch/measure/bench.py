@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fusionsearch.codegen.runtime import naming_source
 from fusionsearch.errors import MeasureError, failure_reason
 
 
@@ -44,6 +45,7 @@ def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25,
               **options: object) -> Timing:
     """Time the plan's compiled callable on `inputs`; a kernel that fails to compile or launch gives a failed
     Timing with the reason instead of raising."""
+    compiled = None
     try:
         compiled = plan.compile(**options)  # type: ignore[attr-defined]
         run = compiled.module.run
@@ -51,7 +53,7 @@ def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25,
     except MeasureError:
         raise
     except Exception as e:
-        return Timing(float("inf"), ok=False, reason=failure_reason(e))
+        return Timing(float("inf"), ok=False, reason=naming_source(failure_reason(e), compiled))
 
 
 def kernel_times(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 5, rep_ms: int = 25,

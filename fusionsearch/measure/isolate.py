@@ -1,23 +1,32 @@
-"""Compiling candidate plans in worker processes, in parallel across CPU cores.
+"""Compiling and measuring candidate plans in worker processes, so that what goes wrong there fails one trial.
 
-Triton compiles a kernel at its first launch and keeps the binary in its on-disk cache; a worker that builds
-and launches a plan once leaves it there, so the measuring process then loads it without compiling. Workers
-are spawned (never forked: a forked CUDA context is unusable) and a failing compile is returned as a reason."""
+CompilePool compiles in parallel across CPU cores: Triton compiles a kernel at its first launch and keeps the
+binary in its on-disk cache; a worker that builds and launches a plan once leaves it there, so the measuring
+worker then loads it without compiling. MeasureWorker judges plans one at a time in one process that owns
+the GPU: a kernel that faults (an illegal address poisons the process's CUDA context), hangs past the trial's
+time limit, or kills its process fails that trial with the reason, and the worker is replaced before the next.
+Workers are spawned (never forked: a forked CUDA context is unusable)."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import multiprocessing
 import os
-from collections.abc import Sequence
+import signal
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
+
+from fusionsearch.errors import MeasureError, failure_reason
+from fusionsearch.measure.judge import Judgement
 
 
 def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
     """In a worker: build the graph and plan, run the plan once (compiling its kernels); '' or the reason."""
+    compiled = None
     try:
-        import torch
-
         from fusionsearch.graph.reference import zero_inputs
         from fusionsearch.graph.spec import graph_from_dict
         from fusionsearch.search.plan import Plan
@@ -25,14 +34,15 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
         g = graph_from_dict(spec)
         plan = Plan.from_json(plan_json, g)
         inputs = zero_inputs(g, device=device)
-        plan.compile()(*inputs)
+        compiled = plan.compile()
+        compiled(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
         return ""
     except Exception as e:  # the reason travels back; the trial fails, not the search
-        from fusionsearch.errors import failure_reason
+        from fusionsearch.codegen.runtime import naming_source
 
-        return failure_reason(e)
+        return naming_source(failure_reason(e), compiled)
 
 
 class CompilePool:
@@ -68,3 +78,160 @@ class CompilePool:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+DEFAULT_JUDGE = "fusionsearch.measure.judge:judge_plan"
+
+
+def _judge_function(path: str) -> Callable[..., dict[str, Any]]:
+    """'module:function' -> the function (a measurement worker imports its judge by name: spawn pickles no code)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _context_lost(device: str) -> str:
+    """'' while the device still runs work; otherwise why not (after an illegal address every CUDA call fails)."""
+    if not device.startswith("cuda"):
+        return ""
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device=device) + 1).item()
+        return ""
+    except Exception as e:
+        return failure_reason(e, 200)
+
+
+def _serve(conn: Any, spec: dict[str, Any], inputs: Sequence[torch.Tensor] | None, device: str, seed: int,
+           judge: str) -> None:
+    """The measurement worker: set up the graph and its inputs on the device, say 'ready', then answer each
+    (plan_json, kernels) request with (judgement dict, context-lost reason) until told to stop; exits after
+    answering when its CUDA context is lost."""
+    try:
+        from fusionsearch.graph.reference import random_inputs
+        from fusionsearch.graph.spec import graph_from_dict
+        from fusionsearch.measure.judge import MeasureState
+
+        fn = _judge_function(judge)
+        g = graph_from_dict(spec)
+        on_device = random_inputs(g, seed=seed, device=device) if inputs is None else [t.to(device) for t in inputs]
+        state = MeasureState(g, on_device, seed)
+        conn.send(("ready", ""))
+    except Exception as e:
+        conn.send(("setup failed", failure_reason(e)))
+        return
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:  # the search has gone
+            return
+        if request is None:
+            return
+        plan_json, kernels = request
+        try:
+            result = fn(state, plan_json, kernels)
+        except Exception as e:
+            result = {"ok": False, "reason": f"failed: {failure_reason(e)}"}
+        lost = _context_lost(device)
+        conn.send((result, lost))
+        if lost:
+            return
+
+
+def _exit_description(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class MeasureWorker:
+    """Judges plans in a spawned process that owns the GPU, one at a time, each within `timeout_s`; a trial
+    whose kernel faults, hangs or kills the process gets that as its reason and the next trial a fresh worker.
+    `inputs` (copied to the CPU to cross the pipe) are the search's; None: the worker draws them from `seed`.
+    `judge` names the function that judges a plan ('module:function', as measure.judge.judge_plan)."""
+
+    def __init__(self, graph_spec: dict[str, Any], inputs: Sequence[torch.Tensor] | None = None,
+                 device: str = "cuda", seed: int = 0, timeout_s: float = 300.0, start_timeout_s: float = 600.0,
+                 judge: str = DEFAULT_JUDGE) -> None:
+        self.spec, self.device, self.seed, self.judge_path = graph_spec, device, seed, judge
+        self.inputs = None if inputs is None else [t.detach().cpu() for t in inputs]
+        self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
+        self.started = 0  # worker processes started so far: 1 + the number replaced
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child, self.spec, self.inputs, self.device, self.seed,
+                                                self.judge_path), daemon=True)
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        self.started += 1
+        try:
+            if not parent.poll(self.start_timeout_s):
+                raise MeasureError(f"the measurement worker did not start within {self.start_timeout_s:g} s")
+            status, why = parent.recv()
+        except (EOFError, OSError) as e:
+            code = self._stop(kill=True)
+            raise MeasureError(f"the measurement worker died while starting ({_exit_description(code)})") from e
+        except MeasureError:
+            self._stop(kill=True)
+            raise
+        if status != "ready":
+            self._stop(kill=True)
+            raise MeasureError(f"the measurement worker could not set up the graph and its inputs: {why}")
+
+    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+        """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even start
+        raises MeasureError, which fails the trial)."""
+        if self._proc is None:
+            self._start()
+        try:
+            self._conn.send((plan_json, kernels))
+            if not self._conn.poll(self.timeout_s):
+                self._stop(kill=True)
+                return Judgement(False, f"timed out after {self.timeout_s:g} s; the measurement worker was replaced")
+            result, lost = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._stop(kill=True)
+            return Judgement(False, f"failed: the measurement worker died ({_exit_description(code)}); replaced")
+        judgement = Judgement.from_dict(result)
+        if lost:
+            self._stop(kill=False)
+            reason = judgement.reason or "failed"
+            return Judgement(False, f"{reason}; the GPU context was lost ({lost}); the measurement worker was "
+                             "replaced", judgement.rel_err)
+        return judgement
+
+    def _stop(self, kill: bool) -> int | None:
+        """End the worker (killed, or after it exits by itself); its exit code."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is None:
+            return None
+        if kill:
+            proc.kill()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(10)
+        if conn is not None:
+            conn.close()
+        return proc.exitcode
+
+    def close(self) -> None:
+        """Ask the worker to stop; kill it if it does not."""
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+        if self._proc is not None:
+            self._proc.join(10)
+        self._stop(kill=True)

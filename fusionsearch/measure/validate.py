@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fusionsearch.codegen.runtime import naming_source
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.reference import random_inputs, reference
 
@@ -53,13 +54,14 @@ def validate(plan: object, graph: object = None, inputs: Sequence[torch.Tensor] 
     for i, r in enumerate(refs):
         if r.dtype.is_floating_point and not torch.isfinite(r).all():
             return Validation(False, float("inf"), f"the reference output {i} has NaN/Inf: inputs outside the domain")
+    compiled = None
     try:
         compiled = plan.compile(**options)  # type: ignore[attr-defined]
         outs = compiled(*inputs, poison=True)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     except Exception as e:  # a failing kernel fails its own validation, not the caller
-        return Validation(False, float("inf"), failure_reason(e))
+        return Validation(False, float("inf"), naming_source(failure_reason(e), compiled))
     worst, reason = 0.0, ""
     for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
         err = rel_error(o, r)

@@ -101,6 +101,8 @@ class TuneResult:
             lines.append(head)
         counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items()))
         lines.append(f"trials: {len(self.trials)} ({counts}); search took {self.elapsed_s:.1f} s")
+        if self.storage:  # already redacted: a password never reaches a report
+            lines.append(f"study {self.study_name} on {self.storage}")
         return "\n".join(lines)
 
     def report(self, path: str) -> str:

@@ -17,6 +17,7 @@ import torch
 
 from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.measure.judge import Judgement
 from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
@@ -47,6 +48,8 @@ class SearchOptions:
     heartbeat_s: int = 10  # RDB storages: a worker silent for 3 heartbeats has its trial failed and retried
     cost_model: str = "auto"  # auto: the shipped learned model when it matches this GPU, else analytic
     refit_every: int = 4  # gpu backend with a learned model: correct it on this search's kernels every N plans
+    isolate: bool = True  # gpu backend: measure in a worker process, so a faulting kernel fails only its trial
+    trial_timeout_s: float = 300.0  # gpu backend, isolated: a plan not judged within this fails its trial
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -60,6 +63,9 @@ class SearchOptions:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
+        if isinstance(self.trial_timeout_s, bool) or not isinstance(self.trial_timeout_s, int | float) or not (
+                0 < self.trial_timeout_s < float("inf")):
+            raise SpecError(f"trial_timeout_s must be a positive number of seconds, got {self.trial_timeout_s!r}")
 
 
 def _cost_model(choice: str) -> Any:
@@ -124,7 +130,7 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
             return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
                                               heartbeat_stale_trial_callback=retry, **kwargs)
         except Exception as e:  # a bad URL or unreachable server is the user's to fix
-            if url.startswith("sqlite") and attempt < 4:
+            if attempt < 4 and ("sqlite" in url or "IntegrityError" in repr(e) or "UniqueViolation" in repr(e)):
                 time.sleep(0.5)  # another worker is creating the schema at this moment
                 continue
             raise SpecError(f"storage {redact(url)} cannot be opened: {str(e).splitlines()[0][:200]}") from None
@@ -214,8 +220,7 @@ class _RankedSampler(optuna.samplers.BaseSampler):
 class Objective:
     """One trial = one plan: suggest, build, estimate, prune or judge. Plain state, no closures."""
 
-    def __init__(self, graph: OpGraph, space: Space, options: SearchOptions, backend: str,
-                 inputs: Sequence[torch.Tensor] | None, hw: Any) -> None:
+    def __init__(self, graph: OpGraph, space: Space, options: SearchOptions, backend: str, hw: Any) -> None:
         from fusionsearch.costmodel.analytic import estimate
 
         self.graph, self.space, self.options, self.backend, self.hw = graph, space, options, backend, hw
@@ -223,7 +228,7 @@ class Objective:
         self.model = _cost_model(options.cost_model)
         self.refit = _study_refit(self.model, options, backend, hw)
         self.measured_plans: list[Plan] = []
-        self.inputs = inputs
+        self.judge: Any = None  # the gpu backend's judge (measure.judge.InProcessJudge or isolate.MeasureWorker)
         self.best_measured_prediction = float("inf")
         self.best_value = float("inf")
         self._checked: dict[str, tuple[bool, str]] = {}
@@ -328,34 +333,25 @@ class Objective:
         return self._checked[key]
 
     def _measure(self, trial: optuna.Trial, plan: Plan) -> float:
-        from fusionsearch.measure import benchmark, validate
-
-        inputs = self.inputs
-        v = validate(plan, self.graph, inputs, seed=self.options.seed)
-        trial.set_user_attr("rel_err", v.rel_err)
-        if not v.ok:
-            trial.set_user_attr("reason", f"invalid: {v.reason}")
+        j = self.judge.judge(plan.to_json(), kernels=self.refit is not None)
+        if j.rel_err is not None:
+            trial.set_user_attr("rel_err", j.rel_err)
+        if not j.ok:
+            trial.set_user_attr("reason", j.reason)
             return float("inf")
-        t = benchmark(plan, inputs)
-        if not t.ok:
-            trial.set_user_attr("reason", f"failed: {t.reason}")
-            return float("inf")
-        trial.set_user_attr("measured_us", t.median_us)
+        trial.set_user_attr("measured_us", j.median_us)
         if self.refit is not None:
-            self._learn(trial, plan, inputs)
-        return t.median_us
+            self._learn(trial, plan, j)
+        return j.median_us
 
-    def _learn(self, trial: optuna.Trial, plan: Plan, inputs: Sequence[torch.Tensor]) -> None:
-        """Time the measured plan's kernels alone for the refit; refit when due and re-price the measured
-        plans under the new model, so the pruning bar stays in one model's units."""
-        from fusionsearch.measure.bench import kernel_times
-
+    def _learn(self, trial: optuna.Trial, plan: Plan, j: Judgement) -> None:
+        """Learn from the measured plan's kernels timed alone; refit when due and re-price the measured plans
+        under the new model, so the pruning bar stays in one model's units."""
         assert self.refit is not None
-        try:
-            kernel_us = kernel_times(plan, inputs)
-        except Exception as e:  # the plan was measured whole; without its kernels alone it teaches nothing
-            trial.set_user_attr("refit", f"kernels not timed alone: {failure_reason(e, 200)}")
+        if j.kernel_us is None:  # the plan was measured whole; without its kernels alone it teaches nothing
+            trial.set_user_attr("refit", f"kernels not timed alone: {j.kernel_error}")
             return
+        kernel_us = list(j.kernel_us)
         trial.set_user_attr("kernel_us", kernel_us)
         self.measured_plans.append(plan)
         if self.refit.add(plan, kernel_us):
@@ -385,23 +381,23 @@ class _interpreter:
 
 
 def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None = None,
-              hw: Any = None) -> TuneResult:
-    """Search the graph's fusion and tile-config space; returns the best plan and every trial."""
+              hw: Any = None, judge: Any = None) -> TuneResult:
+    """Search the graph's fusion and tile-config space; returns the best plan and every trial. `judge`
+    (an object with judge(plan_json, kernels) -> Judgement and close()) replaces the GPU's: the search then
+    measures through it whatever the machine has."""
     from fusionsearch.costmodel.analytic import fits
     from fusionsearch.costmodel.hardware import Hardware
 
-    backend = resolve_backend(options.backend)
+    if judge is not None and options.backend not in ("auto", "gpu"):
+        raise SpecError(f"a judge measures plans: it needs backend 'gpu' (or 'auto'), not {options.backend!r}")
+    backend = "gpu" if judge is not None else resolve_backend(options.backend)
     hw = hw or Hardware.detect()
-    if backend == "gpu" and inputs is None:
-        from fusionsearch.graph.reference import random_inputs
-
-        inputs = random_inputs(graph, seed=options.seed, device="cuda")
     space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     storage = make_storage(options.storage, options.heartbeat_s) or optuna.storages.InMemoryStorage()
     name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
-    objective = Objective(graph, space, options, backend, inputs, hw)
+    objective = Objective(graph, space, options, backend, hw)
     sampler = _sampler_name(options, objective)
     first = [] if sampler == "ranked" else seed_plans(space)  # ranked: its first trial is the model's best
     study = _open_study(name, storage, _sampler(sampler, options.seed, objective), options.trials, first)
@@ -412,16 +408,21 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
     bar = _progress(waiting, options.progress)
     pool = None
-    if backend == "gpu" and options.compile_workers != 0:
-        from fusionsearch.measure.isolate import CompilePool
+    if backend == "gpu" and judge is None:
+        judge = _gpu_judge(graph, inputs, options)
+        if options.compile_workers != 0:
+            from fusionsearch.measure.isolate import CompilePool
 
-        pool = CompilePool(options.compile_workers or None)
+            pool = CompilePool(options.compile_workers or None)
+    objective.judge = judge
     try:
         _work(study, storage, objective, None if options.timeout is None else start + options.timeout, bar,
               _sqlite_lock_path(options.storage), pool)
     finally:
         if pool is not None:
             pool.close()
+        if judge is not None:
+            judge.close()
     if bar:
         bar.close()
     records = [TrialRecord.from_trial(t) for t in study.trials]
@@ -432,6 +433,22 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
                       hardware=hw, study_name=name, elapsed_s=time.time() - start,
                       storage=redact(options.storage) if options.storage else None, cost_model=priced_by,
                       sampler=sampler)
+
+
+def _gpu_judge(graph: OpGraph, inputs: Sequence[torch.Tensor] | None, options: SearchOptions) -> Any:
+    """The GPU's judge: a measurement worker (options.isolate) or this process; inputs None: random ones
+    drawn from the search's seed."""
+    if options.isolate:
+        from fusionsearch.measure.isolate import MeasureWorker
+
+        return MeasureWorker(graph.to_dict(), inputs, device="cuda", seed=options.seed,
+                             timeout_s=options.trial_timeout_s)
+    from fusionsearch.graph.reference import random_inputs
+    from fusionsearch.measure.judge import InProcessJudge
+
+    if inputs is None:
+        inputs = random_inputs(graph, seed=options.seed, device="cuda")
+    return InProcessJudge(graph, inputs, options.seed)
 
 
 def _open_study(name: str, storage: Any, sampler: optuna.samplers.BaseSampler, total: int,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -34,6 +35,7 @@ SMALL = {
     "scale_mm": {"M": 16, "K": 64, "N": 160},
     "swiglu": {"M": 16, "D": 64, "H": 96},
 }
+STORAGE_KINDS = ("sqlite", "journal", "postgres")  # postgres: a database of its own (tests/conftest.py)
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -186,7 +188,7 @@ def test_the_ranked_sampler_measures_the_cost_models_fastest_plans_first() -> No
 def test_auto_sampler_ranks_with_a_learned_model_and_uses_tpe_without(tmp_path: Path) -> None:
     g = _small_space_graph()
     objective = S.Objective(g, enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2), SearchOptions(),
-                            "model", None, fs.costmodel.H200)
+                            "model", fs.costmodel.H200)
     assert objective.model is None and S._sampler_name(SearchOptions(), objective) == "tpe"
     objective.model = object()  # any learned model
     assert S._sampler_name(SearchOptions(), objective) == "ranked"
@@ -223,10 +225,10 @@ WORKER = textwrap.dedent("""
         return _suggest(self, trial)
 
     S.Objective.suggest = suggest
-    ready, storage, name = sys.argv[1:4]
+    ready, storage, name = sys.argv[1:4]  # argv[4]: how many workers start together
     open(os.path.join(ready, "ready-%d" % os.getpid()), "w").close()
     deadline = time.time() + 120
-    while len(os.listdir(ready)) < 2 and time.time() < deadline:
+    while len(os.listdir(ready)) < int(sys.argv[4]) and time.time() < deadline:
         time.sleep(0.005)
     g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
     res = S.run_study(g, S.SearchOptions(trials=30, backend="model", storage=storage, study_name=name))
@@ -234,13 +236,13 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _run_workers(tmp_path: Path, storage_url: str, name: str) -> list[str]:
+def _run_workers(tmp_path: Path, storage_url: str, name: str, n: int) -> list[str]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     ready = tmp_path / "ready"
     ready.mkdir()
-    procs = [subprocess.Popen([sys.executable, str(script), str(ready), storage_url, name],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(ready), storage_url, name, str(n)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=240)
@@ -249,10 +251,11 @@ def _run_workers(tmp_path: Path, storage_url: str, name: str) -> list[str]:
     return outs
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_two_workers_on_one_storage_run_exactly_the_total(tmp_path: Path, kind: str) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'j.log'}"
-    outs = _run_workers(tmp_path, url, "shared")
+@pytest.mark.parametrize("kind", STORAGE_KINDS)
+def test_three_workers_on_one_storage_run_exactly_the_total(tmp_path: Path, kind: str,
+                                                            storage_url: Callable[[str], str]) -> None:
+    url = storage_url(kind)
+    outs = _run_workers(tmp_path, url, "shared", 3)
     assert all("records 30" in o for o in outs), outs
     study = optuna.load_study(study_name="shared", storage=make_storage(url))
     trials = study.get_trials(deepcopy=False)
@@ -264,7 +267,7 @@ def test_two_workers_on_one_storage_run_exactly_the_total(tmp_path: Path, kind: 
     for t in trials:
         pid = t.user_attrs["test_worker_pid"]
         by_worker[pid] = by_worker.get(pid, 0) + 1
-    assert len(by_worker) == 2 and min(by_worker.values()) >= 1, by_worker
+    assert len(by_worker) == 3 and min(by_worker.values()) >= 1, by_worker
 
 
 # ---- resume and timeouts -----------------------------------------------------------------------
@@ -273,8 +276,9 @@ def _states(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name=name, storage=make_storage(url)).get_trials(deepcopy=False)
 
 
-def test_a_larger_total_resumes_the_study_keeping_its_trials(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'r.db'}"
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_larger_total_resumes_the_study_keeping_its_trials(kind: str, storage_url: Callable[[str], str]) -> None:
+    url = storage_url(kind)
     g = fs.workload("swiglu", **SMALL["swiglu"])
     first = run_study(g, SearchOptions(trials=10, backend="model", storage=url, study_name="r"))
     before = [(t.number, t.params, t.value, t.state) for t in _states(url, "r")]
@@ -285,7 +289,7 @@ def test_a_larger_total_resumes_the_study_keeping_its_trials(tmp_path: Path) -> 
     assert [(t.number, t.params, t.value, t.state) for t in after[:10]] == before
     assert all(t.state in FINISHED for t in after)
     assert second.best_us <= first.best_us
-    assert second.storage == url
+    assert second.storage == redact(url)
     # Asking for the same total again runs nothing new.
     third = run_study(g, SearchOptions(trials=16, backend="model", storage=url, study_name="r"))
     assert len(third.trials) == 16 and len(_states(url, "r")) == 16
@@ -377,11 +381,23 @@ def test_bad_search_options_are_spec_errors(bad: dict[str, object]) -> None:
         SearchOptions(**bad)  # type: ignore[arg-type]
 
 
-def test_the_result_of_a_storage_run_carries_the_redacted_url(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'u.db'}"
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_result_of_a_storage_run_carries_the_redacted_url(kind: str, storage_url: Callable[[str], str],
+                                                              tmp_path: Path) -> None:
+    url = storage_url(kind)
     res = run_study(fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"]),
                     SearchOptions(trials=3, backend="model", storage=url))
-    assert res.storage == url and res.study_name.startswith("fusionsearch-")
+    assert res.storage == redact(url) and res.study_name.startswith("fusionsearch-")
+    if kind == "postgres":  # the password is in the URL; it never reaches what the search writes
+        password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+        assert password not in res.storage and password not in res.explain()
+        res.report(str(tmp_path / "report.md"))
+        assert password not in (tmp_path / "report.md").read_text()
+        out = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "mm_bias_gelu", "--shape",
+                              "M=16,K=64,N=96", "--backend", "model", "--trials", "3", "--storage", url,
+                              "--quiet"], capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert password not in out.stdout + out.stderr and "***" in out.stdout, out.stdout
 
 
 # ---- TuneResult and fs.tune ----------------------------------------------------------------------
@@ -505,8 +521,10 @@ KILLED_WORKER = textwrap.dedent("""
 """)
 
 
-def test_a_resumed_study_reruns_the_trial_of_a_killed_worker(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'k.db'}"
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_resumed_study_reruns_the_trial_of_a_sigkilled_worker(tmp_path: Path, kind: str,
+                                                                 storage_url: Callable[[str], str]) -> None:
+    url = storage_url(kind)
     script, flag = tmp_path / "killed.py", tmp_path / "in_trial_3"
     script.write_text(KILLED_WORKER)
     proc = subprocess.Popen([sys.executable, str(script), url, str(flag)], stderr=subprocess.DEVNULL)

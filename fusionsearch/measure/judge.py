@@ -1,0 +1,94 @@
+"""Judging one plan on the GPU: validate it against the float64 reference, then time it whole and, for the
+learned model's refit, each kernel alone. The same function runs in the search's process or, isolated, in a
+measurement worker (measure.isolate.MeasureWorker); its answer is a plain dict so that it crosses a pipe."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fusionsearch.errors import MeasureError, failure_reason
+from fusionsearch.graph.opgraph import OpGraph
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A plan's verdict. ok: valid and timed (median_us); otherwise `reason` says why ('invalid: ...',
+    'failed: ...', 'timed out ...', 'measurement worker died ...'). kernel_us: each kernel alone, when asked
+    for and timed; kernel_error says why not."""
+
+    ok: bool
+    reason: str = ""
+    rel_err: float | None = None
+    median_us: float = math.inf
+    kernel_us: tuple[float, ...] | None = None
+    kernel_error: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Judgement:
+        kernel_us = d.get("kernel_us")
+        return cls(ok=bool(d.get("ok")), reason=str(d.get("reason", "")), rel_err=d.get("rel_err"),
+                   median_us=float(d.get("median_us", math.inf)),
+                   kernel_us=None if kernel_us is None else tuple(float(x) for x in kernel_us),
+                   kernel_error=str(d.get("kernel_error", "")))
+
+
+@dataclass
+class MeasureState:
+    """What every judgement of one search shares: the graph, its inputs on the device, and the float64
+    reference outputs, computed once on first use."""
+
+    graph: OpGraph
+    inputs: Sequence[torch.Tensor]
+    seed: int = 0
+    _refs: list[torch.Tensor] | None = field(default=None, repr=False)
+
+    def refs(self) -> list[torch.Tensor]:
+        if self._refs is None:
+            from fusionsearch.graph.reference import reference
+
+            self._refs = reference(self.graph, self.inputs, float64=True)
+        return self._refs
+
+
+def judge_plan(state: MeasureState, plan_json: str, kernels: bool = False) -> dict[str, Any]:
+    """Validate, then time, the plan given as JSON; never raises for a failing kernel (the reason is returned)."""
+    from fusionsearch.measure.bench import benchmark, kernel_times
+    from fusionsearch.measure.validate import validate
+    from fusionsearch.search.plan import Plan
+
+    plan = Plan.from_json(plan_json, state.graph)
+    v = validate(plan, state.graph, state.inputs, seed=state.seed, refs=state.refs())
+    if not v.ok:
+        return {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
+    try:
+        t = benchmark(plan, state.inputs)
+    except MeasureError as e:  # no GPU to time on: the plan was still validated
+        return {"ok": False, "rel_err": v.rel_err, "reason": f"failed: {e}"}
+    if not t.ok:
+        return {"ok": False, "rel_err": v.rel_err, "reason": f"failed: {t.reason}"}
+    out: dict[str, Any] = {"ok": True, "rel_err": v.rel_err, "median_us": t.median_us}
+    if kernels:
+        try:
+            out["kernel_us"] = kernel_times(plan, state.inputs)
+        except Exception as e:  # the plan was measured whole; without its kernels alone it only teaches less
+            out["kernel_error"] = failure_reason(e, 200)
+    return out
+
+
+class InProcessJudge:
+    """Judges plans in the calling process (SearchOptions.isolate=False): no worker to start, but a kernel
+    that faults takes the search with it."""
+
+    def __init__(self, graph: OpGraph, inputs: Sequence[torch.Tensor], seed: int = 0) -> None:
+        self.state = MeasureState(graph, inputs, seed)
+
+    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+        return Judgement.from_dict(judge_plan(self.state, plan_json, kernels))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,159 @@
+"""The measurement worker (measure.isolate.MeasureWorker) on the CPU: plans judged in a spawned process; a
+judge that segfaults, hangs, exits or raises fails its own plan with the reason and the next plan gets a
+fresh worker; a search measuring through such a worker completes every trial. The GPU's own faults (an
+illegal address poisoning the context) are shown by benchmarks/fault_gpu.py."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch.costmodel.analytic import estimate
+from fusionsearch.costmodel.hardware import H200
+from fusionsearch.errors import MeasureError
+from fusionsearch.measure.isolate import MeasureWorker
+from fusionsearch.search.plan import TemplateKernel, fully_fused, unfused
+from fusionsearch.search.study import SearchOptions, run_study
+
+G = fs.workload("w8_dequant_mm", dtype=torch.float32, M=16, K=128, N=96)
+
+
+def worker(judge: str, **kw: object) -> MeasureWorker:
+    return MeasureWorker(G.to_dict(), device="cpu", judge=f"judges:{judge}", **kw)  # type: ignore[arg-type]
+
+
+def test_the_real_judge_validates_in_the_worker_against_the_float64_reference() -> None:
+    """On the CPU the real judge validates (Triton's interpreter) and then cannot time: the reason says so;
+    NaN in the search's inputs is reported by validation, never passed."""
+    good = fs.random_inputs(G, seed=0)
+    w = MeasureWorker(G.to_dict(), good, device="cpu")
+    try:
+        j = w.judge(fully_fused(G).to_json())
+    finally:
+        w.close()
+    assert not j.ok and "timing needs a CUDA GPU" in j.reason, j
+    assert j.rel_err is not None and j.rel_err <= 1e-5  # validated in fp32 before timing was attempted
+    bad = [t.clone() for t in good]
+    bad[0][0, 0] = math.nan
+    w = MeasureWorker(G.to_dict(), bad, device="cpu")
+    try:
+        j = w.judge(unfused(G).to_json())
+    finally:
+        w.close()
+    assert not j.ok and j.reason.startswith("invalid:") and "NaN/Inf" in j.reason, j
+
+
+def test_a_segfaulting_plan_fails_alone_and_the_next_plan_gets_a_fresh_worker() -> None:
+    w = worker("segfault_on_prologue")
+    try:
+        fused, plain = fully_fused(G), unfused(G)
+        assert any(isinstance(k, TemplateKernel) and k.prologue_b for k in fused.kernels)
+        first = w.judge(plain.to_json())
+        crashed = w.judge(fused.to_json())
+        after = w.judge(plain.to_json())
+    finally:
+        w.close()
+    assert first.ok and first.median_us == pytest.approx(estimate(plain, H200).time_us)
+    assert not crashed.ok and "SIGSEGV" in crashed.reason and "replaced" in crashed.reason, crashed
+    assert after.ok and after.median_us == first.median_us
+    assert w.started == 2
+
+
+def test_a_hanging_plan_times_out_and_the_worker_is_replaced() -> None:
+    w = worker("hang", timeout_s=1.5)
+    try:
+        start = time.time()
+        j = w.judge(unfused(G).to_json())
+        took = time.time() - start
+        assert not j.ok and j.reason.startswith("timed out after 1.5 s"), j
+        assert took < 1.5 + 15  # the wait, then the kill; never the judge's 600 s sleep
+        proc = w._proc
+        assert proc is None
+        j2 = w.judge(unfused(G).to_json())
+        assert not j2.ok and w.started == 2
+    finally:
+        w.close()
+
+
+def test_a_worker_that_exits_or_raises() -> None:
+    w = worker("exit_quietly")
+    try:
+        j = w.judge(unfused(G).to_json())
+    finally:
+        w.close()
+    assert not j.ok and "exit code 3" in j.reason, j
+    w = worker("raises")
+    try:
+        j1, j2 = w.judge(unfused(G).to_json()), w.judge(unfused(G).to_json())
+    finally:
+        w.close()
+    assert j1.reason == "failed: RuntimeError: last line says why" and not j2.ok
+    assert w.started == 1  # an exception is the judge's answer, not a dead worker
+
+
+def test_a_worker_that_cannot_set_up_raises_a_measure_error() -> None:
+    w = MeasureWorker(G.to_dict(), device="cpu", judge="no_such_module_anywhere:judge")
+    with pytest.raises(MeasureError, match="could not set up.*ModuleNotFoundError"):
+        w.judge(unfused(G).to_json())
+    w.close()
+
+
+def test_the_search_inputs_cross_to_the_worker() -> None:
+    inputs = fs.random_inputs(G, seed=3)
+    w = MeasureWorker(G.to_dict(), inputs, device="cpu", judge="judges:input_sums")
+    try:
+        j = w.judge(unfused(G).to_json())
+    finally:
+        w.close()
+    assert j.ok and j.median_us == pytest.approx(sum(float(t.double().sum()) for t in inputs))
+
+
+def test_a_search_measuring_through_a_crashing_worker_completes_every_trial() -> None:
+    """Every plan with a fused prologue kills the worker: those trials fail with SIGSEGV, every other judged
+    trial is measured (the analytic price, exactly), the study runs all its trials and the best plan is the
+    cheapest one measured."""
+    w = worker("segfault_on_prologue", timeout_s=120)
+    res = run_study(G, SearchOptions(trials=14, sampler="random", prune_margin=1e9, bytes_rule=None,
+                                     cost_model="analytic", max_configs=4), judge=w)
+    assert len(res.trials) == 14
+    judged = [t for t in res.trials if t.status in ("measured", "failed")]
+    faulted = [t for t in judged if t.status == "failed"]
+    measured = [t for t in judged if t.status == "measured"]
+    assert faulted and measured, [(t.status, t.reason) for t in res.trials]
+    space_plans = {t.number: res.space.plan(t.params) for t in judged}
+    for t in faulted:
+        assert "SIGSEGV" in t.reason, t.reason
+        assert any(isinstance(k, TemplateKernel) and (k.prologue_a or k.prologue_b)
+                   for k in space_plans[t.number].kernels)
+    for t in measured:
+        assert t.measured_us == pytest.approx(estimate(space_plans[t.number], H200).time_us)
+    assert res.best_us == min(t.measured_us for t in measured)
+    assert len(faulted) <= w.started <= len(faulted) + 1
+    assert res.counts().get("measured") == len(measured)
+
+
+def test_isolation_and_the_trial_time_limit_are_options() -> None:
+    with pytest.raises(fs.SpecError, match="trial_timeout_s"):
+        SearchOptions(trial_timeout_s=0)
+    with pytest.raises(fs.SpecError, match="needs backend 'gpu'"):
+        run_study(G, SearchOptions(backend="model"), judge=worker("priced"))
+
+
+def test_a_kernel_failure_names_the_generated_source_to_reproduce_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionsearch.codegen.runtime import CompiledPlan
+    from fusionsearch.measure.validate import validate
+
+    def launch_fails(self: CompiledPlan, *inputs: torch.Tensor, poison: bool = False) -> list[torch.Tensor]:
+        raise RuntimeError("triton.compiler.errors.CompilationError: at 12:4: out of resources")
+
+    monkeypatch.setattr(CompiledPlan, "__call__", launch_fails)
+    plan = fully_fused(G)
+    v = validate(plan, G, fs.random_inputs(G, seed=0))
+    assert not v.ok and "out of resources" in v.reason
+    path = v.reason.split("[generated source: ", 1)[1].rstrip("]")
+    with open(path) as f:
+        assert f.read() == plan.compile().source  # the very source that failed, in the cache
