@@ -52,6 +52,8 @@ class CollectOptions:
     device: str = "cuda"  # "cpu" runs the pipeline in Triton's interpreter with wall-clock times: for tests only
     shape_scale: str = "real"
     dtypes: tuple[str, ...] | None = None  # None: the generator's bf16/fp16/fp32 mix
+    plan_timeout_s: float = 300.0  # a plan not validated and timed within this is recorded timed_out
+    judge: str = "fusionsearch.costmodel.collect:judge_for_dataset"  # what the measurement worker runs per plan
 
 
 def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
@@ -78,18 +80,19 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     from fusionsearch.costmodel.features import FEATURE_SCHEMA_VERSION, kernel_features
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.datasets.random_graphs import random_graph
-    from fusionsearch.graph.reference import random_inputs, reference
     from fusionsearch.graph.registry import dtype_from_name
-    from fusionsearch.measure.bench import time_callable
-    from fusionsearch.measure.isolate import CompilePool
-    from fusionsearch.measure.validate import validate
+    from fusionsearch.measure.isolate import CompilePool, MeasureWorker
 
     hw = Hardware.detect()
     sig = hardware_signature()
     done = {(r["graph_id"], r["plan_id"]) for r in read_rows(out_path)}
     counts: dict[str, int] = {}
     pool = CompilePool(options.compile_workers, device=options.device)
-    timer = time_callable if options.device == "cuda" else _wall_clock
+    # One measurement worker for the whole collection: a kernel that faults or hangs costs its own rows
+    # (status failed / timed_out), not the collection, and a restart never meets it again.
+    worker = MeasureWorker(device=options.device, timeout_s=options.plan_timeout_s,
+                           judge=options.judge)
+    settings = {"warmup_ms": options.warmup_ms, "rep_ms": options.rep_ms}
     start = time.time()
     try:
         for gi in range(options.graphs):
@@ -101,24 +104,41 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
             if not plans:
                 continue
             failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
-            inputs = random_inputs(g, seed=gi, device=options.device)
-            refs = reference(g, inputs, float64=True)
+            worker.set_graph(g.to_dict(), seed=gi, settings=settings)
             rows = []
             for plan, failure in zip(plans, failures, strict=True):
-                rows += _measure_plan(g, gid, plan, failure, inputs, refs, hw, sig, options, FEATURE_SCHEMA_VERSION,
-                                      kernel_features, validate, timer)
+                rows += _measure_plan(g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION,
+                                      kernel_features)
             append_rows(out_path, rows)
             for r in rows:
                 counts[r["status"]] = counts.get(r["status"], 0) + 1
-            del inputs, refs
-            if options.device == "cuda":
-                torch.cuda.empty_cache()
             if options.progress:
                 print(f"graph {gi + 1}/{options.graphs}: {len(plans)} plans, {len(rows)} rows; total {counts}; "
                       f"{time.time() - start:.0f} s", file=sys.stderr, flush=True)
     finally:
         pool.close()
+        worker.close()
     return counts
+
+
+def judge_for_dataset(state: Any, plan_json: str, kernels: bool) -> dict[str, Any]:
+    """In the measurement worker: validate the plan against the float64 reference, then time each kernel
+    alone (what a dataset row holds; kernel_us, ok). Wall-clock times on the CPU, for tests."""
+    from fusionsearch.measure.bench import time_callable
+    from fusionsearch.measure.validate import validate
+    from fusionsearch.search.plan import Plan
+
+    plan = Plan.from_json(plan_json, state.graph)
+    v = validate(plan, state.graph, state.inputs, refs=state.refs())
+    if not v.ok:
+        return {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
+    timer = time_callable if state.inputs[0].is_cuda else _wall_clock
+    try:
+        times = kernel_times(plan, state.inputs, state.settings.get("warmup_ms", 5), state.settings.get("rep_ms", 25),
+                             timer)
+    except Exception as e:  # a launch failure marks this plan, the collection goes on
+        return {"ok": False, "rel_err": v.rel_err, "reason": f"failed to launch: {failure_reason(e, 300)}"}
+    return {"ok": True, "rel_err": v.rel_err, "kernel_us": times, "median_us": sum(times)}
 
 
 def _wall_clock(fn: Any, warmup_ms: int = 0, rep_ms: int = 0) -> Any:
@@ -130,27 +150,40 @@ def _wall_clock(fn: Any, warmup_ms: int = 0, rep_ms: int = 0) -> Any:
     return Timing((time.perf_counter() - t) * 1e6)
 
 
-def _measure_plan(g: Any, gid: str, plan: Any, failure: str, inputs: Any, refs: Any, hw: Any, sig: dict[str, Any],
-                  options: CollectOptions, schema: int, kernel_features: Any, validate: Any, time_callable: Any
-                  ) -> list[dict[str, Any]]:
+def _status(failure: str, judgement: Any) -> tuple[str, str]:
+    """A plan's dataset status and reason, from its compile worker's failure or its judgement."""
+    if failure.startswith("failed: "):
+        return "failed", failure.removeprefix("failed: ")
+    if failure:
+        return ("timed_out" if "timed out" in failure else "compile_failed"), failure
+    if judgement.ok:
+        return "ok", ""
+    reason = judgement.reason
+    if reason.startswith("invalid: "):
+        return "invalid", reason.removeprefix("invalid: ")
+    if reason.startswith("timed out"):
+        return "timed_out", reason
+    if reason.startswith("failed to launch: "):
+        return "compile_failed", reason.removeprefix("failed to launch: ")
+    return "failed", reason
+
+
+def _measure_plan(g: Any, gid: str, plan: Any, failure: str, worker: Any, hw: Any, sig: dict[str, Any], schema: int,
+                  kernel_features: Any) -> list[dict[str, Any]]:
     """One row per kernel of the plan: status, measured µs (ok rows), features."""
     pid = plan_id(plan)
     # The graph spec and the plan travel with the measurement, so a later feature schema recomputes the
     # features of these rows instead of discarding what was measured.
     base = {"graph_id": gid, "plan_id": pid, "schema_version": schema, "hardware": sig, "graph": g.to_dict(),
             "plan": plan.to_dict()}
-    status, reason, times = "ok", "", [float("nan")] * len(plan.kernels)
-    if failure:
-        status, reason = ("timed_out" if "timed out" in failure else "compile_failed"), failure
-    else:
-        v = validate(plan, g, inputs, refs=refs)
-        if not v.ok:
-            status, reason = "invalid", v.reason
-        else:
-            try:
-                times = kernel_times(plan, inputs, options.warmup_ms, options.rep_ms, time_callable)
-            except Exception as e:  # a launch failure marks this plan, the collection goes on
-                status, reason = "compile_failed", failure_reason(e, 300)
+    try:
+        judgement = None if failure else worker.judge(plan.to_json(), kernels=True)
+    except FusionSearchError as e:  # the worker could not even set up this graph: its plans fail, the rest go on
+        failure = f"failed: {e}"
+        judgement = None
+    status, reason = _status(failure, judgement)
+    times = list(judgement.kernel_us) if status == "ok" and judgement is not None and judgement.kernel_us else \
+        [float("nan")] * len(plan.kernels)
     rows = []
     for i in range(len(plan.kernels)):
         rows.append({**base, "kernel_index": i, "kernel_kind": plan.kernels[i].kind, "status": status,

@@ -13,7 +13,9 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-STATUSES = ("ok", "compile_failed", "invalid", "timed_out")
+# ok: valid and timed; compile_failed: did not compile or launch; invalid: wrong against the reference;
+# timed_out: past the time limit; failed: faulted while running (an illegal address, a dead measurement worker).
+STATUSES = ("ok", "compile_failed", "invalid", "timed_out", "failed")
 
 
 def _members(data: bytes) -> Iterator[tuple[int, bytes]]:

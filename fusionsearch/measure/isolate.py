@@ -101,34 +101,44 @@ def _context_lost(device: str) -> str:
         return failure_reason(e, 200)
 
 
-def _serve(conn: Any, spec: dict[str, Any], inputs: Sequence[torch.Tensor] | None, device: str, seed: int,
-           judge: str) -> None:
-    """The measurement worker: set up the graph and its inputs on the device, say 'ready', then answer each
-    (plan_json, kernels) request with (judgement dict, context-lost reason) until told to stop; exits after
-    answering when its CUDA context is lost."""
-    try:
-        from fusionsearch.graph.reference import random_inputs
-        from fusionsearch.graph.spec import graph_from_dict
-        from fusionsearch.measure.judge import MeasureState
+def _serve(conn: Any, device: str, judge: str) -> None:
+    """The measurement worker. Requests: ('graph', spec, inputs, seed, settings) sets up a graph and its inputs
+    on the device, answered ('ready', '') or ('setup failed', why); ('judge', plan_json, kernels) is answered
+    (judgement dict, context-lost reason), and the worker exits after answering when its CUDA context is
+    lost; None stops it."""
+    from fusionsearch.graph.reference import random_inputs
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.measure.judge import MeasureState
 
+    fn, state, setup_error = None, None, ""
+    try:
         fn = _judge_function(judge)
-        g = graph_from_dict(spec)
-        on_device = random_inputs(g, seed=seed, device=device) if inputs is None else [t.to(device) for t in inputs]
-        state = MeasureState(g, on_device, seed)
-        conn.send(("ready", ""))
     except Exception as e:
-        conn.send(("setup failed", failure_reason(e)))
-        return
+        setup_error = failure_reason(e)
     while True:
         try:
             request = conn.recv()
-        except EOFError:  # the search has gone
+        except EOFError:  # the caller has gone
             return
         if request is None:
             return
-        plan_json, kernels = request
+        if request[0] == "graph":
+            _, spec, inputs, seed, settings = request
+            state = None
+            try:
+                if setup_error:
+                    raise RuntimeError(setup_error)
+                g = graph_from_dict(spec)
+                on_device = (random_inputs(g, seed=seed, device=device) if inputs is None
+                             else [t.to(device) for t in inputs])
+                state = MeasureState(g, on_device, seed, settings)
+                conn.send(("ready", ""))
+            except Exception as e:
+                conn.send(("setup failed", setup_error or failure_reason(e)))
+            continue
+        _, plan_json, kernels = request
         try:
-            result = fn(state, plan_json, kernels)
+            result = fn(state, plan_json, kernels)  # type: ignore[misc]
         except Exception as e:
             result = {"ok": False, "reason": f"failed: {failure_reason(e)}"}
         lost = _context_lost(device)
@@ -149,51 +159,68 @@ def _exit_description(code: int | None) -> str:
 
 
 class MeasureWorker:
-    """Judges plans in a spawned process that owns the GPU, one at a time, each within `timeout_s`; a trial
-    whose kernel faults, hangs or kills the process gets that as its reason and the next trial a fresh worker.
-    `inputs` (copied to the CPU to cross the pipe) are the search's; None: the worker draws them from `seed`.
-    `judge` names the function that judges a plan ('module:function', as measure.judge.judge_plan)."""
+    """Judges plans in a spawned process that owns the GPU, one at a time, each within `timeout_s`; a plan
+    whose kernel faults, hangs or kills the process gets that as its reason and the next plan a fresh worker.
+    The worker holds one graph at a time (set_graph; the constructor's by default): `inputs` (copied to the CPU
+    to cross the pipe) are the caller's, None draws them from `seed`; `settings` reach the judge as
+    MeasureState.settings. `judge` names the function that judges a plan ('module:function', as
+    measure.judge.judge_plan)."""
 
-    def __init__(self, graph_spec: dict[str, Any], inputs: Sequence[torch.Tensor] | None = None,
+    def __init__(self, graph_spec: dict[str, Any] | None = None, inputs: Sequence[torch.Tensor] | None = None,
                  device: str = "cuda", seed: int = 0, timeout_s: float = 300.0, start_timeout_s: float = 600.0,
-                 judge: str = DEFAULT_JUDGE) -> None:
-        self.spec, self.device, self.seed, self.judge_path = graph_spec, device, seed, judge
-        self.inputs = None if inputs is None else [t.detach().cpu() for t in inputs]
+                 judge: str = DEFAULT_JUDGE, settings: dict[str, Any] | None = None) -> None:
+        self.device, self.judge_path = device, judge
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.started = 0  # worker processes started so far: 1 + the number replaced
         self._proc: Any = None
         self._conn: Any = None
+        self._graph: tuple[Any, ...] | None = None
+        self._ready = False
+        if graph_spec is not None:
+            self.set_graph(graph_spec, inputs, seed, settings)
+
+    def set_graph(self, graph_spec: dict[str, Any], inputs: Sequence[torch.Tensor] | None = None, seed: int = 0,
+                  settings: dict[str, Any] | None = None) -> None:
+        """Judge plans of this graph from now on (set up in the worker before the next judgement)."""
+        cpu = None if inputs is None else [t.detach().cpu() for t in inputs]
+        self._graph = ("graph", graph_spec, cpu, seed, dict(settings or {}))
+        self._ready = False
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, self.spec, self.inputs, self.device, self.seed,
-                                                self.judge_path), daemon=True)
+        proc = ctx.Process(target=_serve, args=(child, self.device, self.judge_path), daemon=True)
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
         self.started += 1
-        try:
-            if not parent.poll(self.start_timeout_s):
-                raise MeasureError(f"the measurement worker did not start within {self.start_timeout_s:g} s")
-            status, why = parent.recv()
-        except (EOFError, OSError) as e:
-            code = self._stop(kill=True)
-            raise MeasureError(f"the measurement worker died while starting ({_exit_description(code)})") from e
-        except MeasureError:
-            self._stop(kill=True)
-            raise
-        if status != "ready":
-            self._stop(kill=True)
-            raise MeasureError(f"the measurement worker could not set up the graph and its inputs: {why}")
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
-        """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even start
-        raises MeasureError, which fails the trial)."""
+    def _set_up(self) -> None:
+        """Start the worker if needed and give it the current graph; raises MeasureError when it cannot."""
+        if self._graph is None:
+            raise MeasureError("MeasureWorker.judge before set_graph: no graph to judge plans of")
         if self._proc is None:
             self._start()
         try:
-            self._conn.send((plan_json, kernels))
+            self._conn.send(self._graph)
+            if not self._conn.poll(self.start_timeout_s):
+                self._stop(kill=True)
+                raise MeasureError(f"the measurement worker did not set up within {self.start_timeout_s:g} s")
+            status, why = self._conn.recv()
+        except (EOFError, OSError) as e:
+            code = self._stop(kill=True)
+            raise MeasureError(f"the measurement worker died while setting up ({_exit_description(code)})") from e
+        if status != "ready":
+            raise MeasureError(f"the measurement worker could not set up the graph and its inputs: {why}")
+        self._ready = True
+
+    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+        """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even set up
+        raises MeasureError, which fails the trial)."""
+        if self._proc is None or not self._ready:
+            self._set_up()
+        try:
+            self._conn.send(("judge", plan_json, kernels))
             if not self._conn.poll(self.timeout_s):
                 self._stop(kill=True)
                 return Judgement(False, f"timed out after {self.timeout_s:g} s; the measurement worker was replaced")
@@ -213,6 +240,7 @@ class MeasureWorker:
         """End the worker (killed, or after it exits by itself); its exit code."""
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        self._ready = False
         if proc is None:
             return None
         if kill:

@@ -39,12 +39,13 @@ class Judgement:
 
 @dataclass
 class MeasureState:
-    """What every judgement of one search shares: the graph, its inputs on the device, and the float64
-    reference outputs, computed once on first use."""
+    """What every judgement of one graph shares: the graph, its inputs on the device, the caller's settings
+    for the judge, and the float64 reference outputs, computed once on first use."""
 
     graph: OpGraph
     inputs: Sequence[torch.Tensor]
     seed: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
     _refs: list[torch.Tensor] | None = field(default=None, repr=False)
 
     def refs(self) -> list[torch.Tensor]:

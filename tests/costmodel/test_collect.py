@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,58 @@ def test_collect_on_the_gpu_path_without_a_gpu_is_a_clear_error(tmp_path: Path) 
         pytest.skip("a GPU is present")
     with pytest.raises(FusionSearchError, match="GPU"):
         collect(str(tmp_path / "x.gz"), CollectOptions(graphs=1))
+
+
+def test_a_plan_that_kills_its_worker_is_recorded_failed_and_the_collection_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans with a fused prologue kill the measurement worker (SIGSEGV): their rows say so, every other plan is
+    measured, and a second run meets none of them again (nothing to measure)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "measure"))  # the worker imports tests' judges
+    path = str(tmp_path / "m.jsonl.gz")
+    opts = CollectOptions(graphs=3, **{**OPTS, "plans_per_graph": 4}, judge="judges:dataset_segfault_on_prologue")
+    counts = collect(path, opts)
+    rows = read_rows(path)
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert failed and counts.get("ok"), counts
+    for r in failed:
+        assert "SIGSEGV" in r["reason"], r["reason"]
+        assert any(k.get("prologue_a") or k.get("prologue_b") for k in r["plan"]["kernels"]), r["plan"]
+    for r in rows:
+        if r["status"] == "ok":
+            assert not any(k.get("prologue_a") or k.get("prologue_b") for k in r["plan"]["kernels"])
+    assert collect(path, opts) == {}
+    assert read_rows(path) == rows
+
+
+KILLED_COLLECTION = """
+import sys
+from fusionsearch.costmodel.collect import CollectOptions, collect
+collect(sys.argv[1], CollectOptions(graphs=6, plans_per_graph=3, device="cpu", shape_scale="small",
+                                    compile_workers=1, dtypes=("float32",), progress=True))
+"""
+
+
+def test_a_sigkilled_collection_resumes_losing_nothing(tmp_path: Path) -> None:
+    """SIGKILL a collection after its second graph's rows are written, then run it again: every graph is in
+    the file once, each plan's kernels once, the rows written before the kill unchanged."""
+    path = str(tmp_path / "m.jsonl.gz")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_COLLECTION, path], stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("graph 2/6"):
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert any(line.startswith("graph 2/6") for line in lines), "".join(lines)[-2000:]
+    before = read_rows(path)
+    assert len({r["graph_id"] for r in before}) >= 2
+    collect(path, CollectOptions(graphs=6, **OPTS))
+    after = read_rows(path)
+    assert after[:len(before)] == before
+    keys = [(r["graph_id"], r["plan_id"], r["kernel_index"]) for r in after]
+    assert len(keys) == len(set(keys)), "a resumed collection measured a plan twice"
+    assert len({r["graph_id"] for r in after}) == 6

@@ -56,3 +56,12 @@ def raises(state: MeasureState, plan_json: str, kernels: bool) -> dict[str, Any]
 def input_sums(state: MeasureState, plan_json: str, kernels: bool) -> dict[str, Any]:
     """The sum of every input as the 'time': shows which inputs the worker holds."""
     return {"ok": True, "median_us": sum(float(t.double().sum()) for t in state.inputs)}
+
+
+def dataset_segfault_on_prologue(state: MeasureState, plan_json: str, kernels: bool) -> dict[str, Any]:
+    """The collection's judge, except that every plan with a fused prologue kills its process."""
+    from fusionsearch.costmodel.collect import judge_for_dataset
+
+    if has_prologue(plan_json, state):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return judge_for_dataset(state, plan_json, kernels)
