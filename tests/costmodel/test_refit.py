@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 
 import fusionsearch as fs
-import fusionsearch.measure
-import fusionsearch.measure.bench
 from fusionsearch.costmodel import H200
 from fusionsearch.costmodel.features import FEATURE_SCHEMA_VERSION, plan_features, recompute_features, to_matrix
 from fusionsearch.costmodel.learned import LearnedCostModel
@@ -22,10 +20,9 @@ from fusionsearch.costmodel.refit import StudyRefit
 from fusionsearch.costmodel.train import load_dataset
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import CostModelError, SpecError
-from fusionsearch.measure.bench import Timing
-from fusionsearch.measure.validate import Validation
+from fusionsearch.measure.judge import Judgement
 from fusionsearch.search import plan as P
-from fusionsearch.search import study as study_module
+from fusionsearch.search.plan import Plan
 from fusionsearch.search.study import SearchOptions, run_study
 
 QUIRK = 3.0  # the searched graph runs this much slower than anything in the training data
@@ -120,19 +117,23 @@ def test_refit_every_must_be_a_whole_number(bad: object) -> None:
 # ---- in the search -------------------------------------------------------------------------------
 
 def test_a_gpu_search_refits_its_learned_model_as_plans_are_measured(
-        tmp_path: Path, model: LearnedCostModel, device_us: Callable[[Any], list[float]],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The GPU is simulated (validation passes, times come from device_us): what is tested is what the
+        tmp_path: Path, model: LearnedCostModel, device_us: Callable[[Any], list[float]]) -> None:
+    """The GPU is simulated (a judge whose plans are valid and timed by device_us): what is tested is what the
     search does with the measurements."""
     path = model.save(str(tmp_path / "model.skops"))
-    monkeypatch.setattr(study_module, "resolve_backend", lambda backend: "gpu")
-    monkeypatch.setattr(fusionsearch.measure, "validate", lambda plan, g, inputs, seed=0: Validation(True, 0.0))
-    monkeypatch.setattr(fusionsearch.measure, "benchmark", lambda plan, inputs: Timing(sum(device_us(plan))))
-    monkeypatch.setattr(fusionsearch.measure.bench, "kernel_times", lambda plan, inputs: device_us(plan))
     g = fs.workload("mm_bias_gelu", M=32, K=512, N=512)
+
+    class SimulatedGPU:
+        def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+            us = device_us(Plan.from_json(plan_json, g))
+            return Judgement(True, rel_err=0.0, median_us=sum(us), kernel_us=tuple(us) if kernels else None)
+
+        def close(self) -> None:
+            pass
+
     opts = SearchOptions(trials=40, backend="gpu", sampler="random", cost_model=path, refit_every=4,
                          compile_workers=0, prune_margin=100.0, max_configs=8)
-    result = run_study(g, opts, inputs=[])
+    result = run_study(g, opts, judge=SimulatedGPU())
     measured = sorted((t for t in result.trials if t.status == "measured"), key=lambda t: t.number)
     assert len(measured) >= 16
     for t in measured:
