@@ -1,0 +1,97 @@
+"""Is a small-M plan bound by the host's launch cost? For a few small-M reference plans (one and two
+launches), on the GPU: do_bench of the plan's run (what the search measures), the host's own time per call
+(calls issued back to back without synchronising, so the host is the limit when it is slower than the
+GPU), and the same kernels replayed from a CUDA graph (no host launch cost at all). Also one empty Triton
+launch's host cost. Writes launch.json under --out and prints a table last.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/launch_overhead_gpu.py --out $OUT"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import torch
+import triton
+import triton.testing
+
+import fusionsearch as fs
+from fusionsearch.datasets.workloads import case_name
+from fusionsearch.search.plan import fully_fused, heuristic, unfused
+
+CASES = [("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}), ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}),
+         ("gather_mm", {"M": 64, "K": 4096, "N": 4096, "T": 32000}), ("swiglu", {"M": 16, "D": 4096, "H": 11008})]
+
+
+@triton.jit
+def _empty(x_ptr):
+    pass
+
+
+def host_us(fn: Any, calls: int = 2000) -> float:
+    """Host time per call with nothing synchronised between calls (the queue absorbs GPU time while it has
+    room, so this is the host's own cost when the GPU is faster)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def graph_us(fn: Any) -> float:
+    """The kernels replayed from a CUDA graph, do_bench_cudagraph's median."""
+    return triton.testing.do_bench_cudagraph(fn, rep=100) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    x = torch.empty(16, device="cuda")
+    rows: list[dict[str, Any]] = [{"case": "empty Triton kernel", "plan": "", "launches": 1,
+                                   "host_us": host_us(lambda: _empty[(1,)](x))}]
+    for name, shape in CASES:
+        g = fs.workload(name, **shape)
+        inputs = fs.random_inputs(g, seed=0, device="cuda")
+        for label, make in (("unfused", unfused), ("fully fused", fully_fused), ("heuristic", heuristic)):
+            try:
+                plan = make(g)
+            except Exception as e:  # a plan the graph cannot have
+                rows.append({"case": case_name({"workload": name, "shape": shape}),
+                             "plan": label, "error": str(e)[:200]})
+                continue
+            run = plan.compile().module.run
+            src = plan.compile().source
+            launches = src[src.index("def run("):src.index("def steps(")].count("[(")  # one grid per launch
+            fn = lambda run=run, inputs=inputs: run(*inputs)  # noqa: E731
+            row = {"case": case_name({"workload": name, "shape": shape}), "plan": label,
+                   "describe": plan.describe(), "launches": launches,
+                   "do_bench_us": triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3,
+                   "host_us": host_us(fn)}
+            try:
+                row["cuda_graph_us"] = graph_us(fn)
+            except Exception as e:
+                row["cuda_graph_error"] = str(e)[:200]
+            rows.append(row)
+            print(row, flush=True)
+    with open(os.path.join(args.out, "launch.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "triton": triton.__version__, "rows": rows}, f, indent=1)
+    print("| case | plan | launches in run | do_bench us | host us per call | CUDA graph us |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        cells = [f"{r[k]:.1f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in
+                 ("do_bench_us", "host_us", "cuda_graph_us")]
+        print(f"| {r['case']} | {r['plan']} | {r.get('launches', '')} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
