@@ -20,6 +20,7 @@ import triton.testing
 
 import fusionsearch as fs
 from fusionsearch.datasets.workloads import case_name
+from fusionsearch.measure import validate
 from fusionsearch.search.plan import fully_fused, heuristic, unfused
 
 CASES = [("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}), ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}),
@@ -50,6 +51,28 @@ def graph_us(fn: Any) -> float:
     return triton.testing.do_bench_cudagraph(fn, rep=100) * 1e3
 
 
+def measure(name: str, shape: dict[str, int], label: str, plan: Any, inputs: Any, **options: Any) -> dict[str, Any]:
+    """One plan compiled with codegen `options`: validated, then timed three ways."""
+    compiled = plan.compile(**options)
+    run = compiled.module.run
+    src = compiled.source
+    fn = lambda: run(*inputs)  # noqa: E731
+    launches = src[src.index("def run("):src.index("def steps(")].count("[(")  # one grid per launch
+    row: dict[str, Any] = {"case": case_name({"workload": name, "shape": shape}), "plan": label,
+                           "describe": plan.describe(), "launches": launches,
+                           "rel_err": validate(plan, plan.graph, inputs, **options).rel_err,
+                           "do_bench_us": triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3, "host_us": host_us(fn)}
+    first = [o.clone() for o in run(*inputs)]
+    # A race between the splits of a tile would show as outputs that change from call to call.
+    row["same_output_in_200_calls"] = all(all(torch.equal(a, b) for a, b in zip(run(*inputs), first, strict=True))
+                                          for _ in range(200))
+    try:
+        row["cuda_graph_us"] = graph_us(fn)
+    except Exception as e:
+        row["cuda_graph_error"] = str(e)[:200]
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="out")
@@ -65,31 +88,23 @@ def main() -> None:
             try:
                 plan = make(g)
             except Exception as e:  # a plan the graph cannot have
-                rows.append({"case": case_name({"workload": name, "shape": shape}),
-                             "plan": label, "error": str(e)[:200]})
+                rows.append({"case": case_name({"workload": name, "shape": shape}), "plan": label,
+                             "error": str(e)[:200]})
                 continue
-            run = plan.compile().module.run
-            src = plan.compile().source
-            launches = src[src.index("def run("):src.index("def steps(")].count("[(")  # one grid per launch
-            fn = lambda run=run, inputs=inputs: run(*inputs)  # noqa: E731
-            row = {"case": case_name({"workload": name, "shape": shape}), "plan": label,
-                   "describe": plan.describe(), "launches": launches,
-                   "do_bench_us": triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3,
-                   "host_us": host_us(fn)}
-            try:
-                row["cuda_graph_us"] = graph_us(fn)
-            except Exception as e:
-                row["cuda_graph_error"] = str(e)[:200]
-            rows.append(row)
-            print(row, flush=True)
+            split = any(getattr(k, "config", None) is not None and k.config.split_k > 1 for k in plan.kernels)
+            for serial in (False, True) if split else (False,):
+                rows.append(measure(name, shape, label + (" serial split-K" if serial else ""), plan, inputs,
+                                    serial_split_k=serial))
+                print(rows[-1], flush=True)
     with open(os.path.join(args.out, "launch.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "triton": triton.__version__, "rows": rows}, f, indent=1)
-    print("| case | plan | launches in run | do_bench us | host us per call | CUDA graph us |")
-    print("|---|---|---|---|---|---|")
+    print("| case | plan | launches in run | rel err | do_bench us | host us per call | CUDA graph us |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        cells = [f"{r[k]:.1f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in
-                 ("do_bench_us", "host_us", "cuda_graph_us")]
+        cells = [f"{r['rel_err']:.1e}" if "rel_err" in r else ""]
+        cells += [f"{r[k]:.1f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in
+                  ("do_bench_us", "host_us", "cuda_graph_us")]
         print(f"| {r['case']} | {r['plan']} | {r.get('launches', '')} | " + " | ".join(cells) + " |")
 
 

@@ -12,7 +12,8 @@ class GeneratedKernel:
     """Source of one Triton kernel, its tensor arguments in order, its grid and its launch constants.
 
     `workspace` is the fp32 element count of a scratch buffer (split-K partial sums) passed as the last
-    tensor argument, shared by the kernels of one template step."""
+    tensor argument, shared by the kernels of one template step; `semaphores` the count of int32 counters
+    after it (serial split-K), kept by the module across calls, each reset to zero by the kernel that uses it."""
 
     name: str
     source: str
@@ -22,3 +23,4 @@ class GeneratedKernel:
     num_warps: int = 4
     num_stages: int = 3
     workspace: int = 0
+    semaphores: int = 0  # int32 arrival counters (serial split-K), zero between launches, passed after workspace

@@ -32,6 +32,17 @@ def _alloc(shape, dtype, device, poison):
     if dtype == torch.bool:
         return torch.zeros(shape, dtype=dtype, device=device)
     return torch.full(shape, torch.iinfo(dtype).max, dtype=dtype, device=device)
+
+
+_SEMAPHORES = {}
+
+
+def _semaphores(kernel, count, device):
+    """A kernel's arrival counters: zeroed once per device and kept, since the kernel leaves them at zero."""
+    key = (kernel, str(device))
+    if key not in _SEMAPHORES:
+        _SEMAPHORES[key] = torch.zeros(count, dtype=torch.int32, device=device)
+    return _SEMAPHORES[key]
 '''
 
 EXTERN_LOADER = '''
@@ -82,7 +93,7 @@ class PlanModule:
 
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                    upcast_pointwise: bool = True) -> PlanModule:
+                    upcast_pointwise: bool = True, serial_split_k: bool = False) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
@@ -114,7 +125,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             continue
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
-            step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue)
+            step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k)
         else:
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)
@@ -141,6 +152,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
                     args.append(f"*{buf[a.node]}.stride()")
             if gk.workspace:
                 args.append(f"ws{i}")
+            if gk.semaphores:
+                args.append(f"_semaphores({gk.name!r}, {gk.semaphores}, device)")
             meta = [f"{c}={v}" for c, v in gk.constexprs.items()]
             meta += [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
             calls.append(f"{gk.name}[{gk.grid!r}]({', '.join(args + meta)})")

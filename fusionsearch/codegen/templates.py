@@ -137,8 +137,11 @@ def _epilogue(g: OpGraph, k: TemplateKernel, stored: set[str], src: Source, buff
 
 
 def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
-                      upcast_prologue: bool = False, upcast_epilogue: bool = True) -> list[GeneratedKernel]:
-    """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel."""
+                      upcast_prologue: bool = False, upcast_epilogue: bool = True,
+                      serial_split_k: bool = False) -> list[GeneratedKernel]:
+    """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
+    or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
+    runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split)."""
     cfg = k.config
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
@@ -193,6 +196,26 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     ws_elems = split * p.batch * p.m * p.n
     src.line(f"ws_off = ((pid_k * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
     src.line("tl.store(ws_ptr + ws_off, acc, mask=mask_m[:, None] & mask_n[None, :])")
+    if serial_split_k:
+        # Every thread's partial tile is stored before one release-acquire arrival at GPU scope; the split
+        # that arrives last reads all partials past L1 (.cg), in split order (the same sum every run).
+        src.line("tl.debug_barrier()")
+        src.line(f"sem_off = pid_b * {tiles} + pid")
+        src.line("arrived = tl.atomic_add(sem_ptr + sem_off, 1, sem='acq_rel', scope='gpu')")
+        src.line(f"if arrived == {split - 1}:")
+        last = src.child(1)
+        last.line("tl.debug_barrier()")
+        last.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+        last.line(f"for s in range({split}):")
+        last.line(f"    ws_off = ((s * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
+        last.line("    acc += tl.load(ws_ptr + ws_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0, "
+                  "cache_modifier='.cg')")
+        _epilogue(g, k, stored, last, buffers, t, "acc", upcast_epilogue)
+        last.line("tl.atomic_xchg(sem_ptr + sem_off, 0, sem='relaxed', scope='gpu')")
+        src.splice(last)
+        kernels.append(_finish(name, src, buffers, (tiles, split, p.batch), constexprs, cfg, ws_elems,
+                               tiles * p.batch))
+        return kernels
     kernels.append(_finish(name, src, buffers, (tiles, split, p.batch), constexprs, cfg, ws_elems))
     # The reduce kernel sums the partial tiles, then runs the epilogue once.
     rnames = NameGen()
@@ -209,11 +232,12 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
 
 
 def _finish(name: str, body: Source, buffers: Buffers, grid: tuple[int, int, int], constexprs: dict[str, int],
-            cfg: object, workspace: int = 0) -> GeneratedKernel:
-    params = buffers.params() + (["ws_ptr"] if workspace else []) + [f"{c}: tl.constexpr" for c in constexprs]
+            cfg: object, workspace: int = 0, semaphores: int = 0) -> GeneratedKernel:
+    params = (buffers.params() + (["ws_ptr"] if workspace else []) + (["sem_ptr"] if semaphores else [])
+              + [f"{c}: tl.constexpr" for c in constexprs])
     head = Source(0)
     head.line("@triton.jit")
     head.line(f"def {name}({', '.join(params)}):")
     head.splice(body)
     return GeneratedKernel(name, head.text(), buffers.args, grid, constexprs,
-                           getattr(cfg, "num_warps", 4), getattr(cfg, "num_stages", 3), workspace)
+                           getattr(cfg, "num_warps", 4), getattr(cfg, "num_stages", 3), workspace, semaphores)

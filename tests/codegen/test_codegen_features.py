@@ -615,3 +615,29 @@ def test_a_graph_with_an_unused_node_generates() -> None:
     except PlanError:
         return
     _assert_valid(plan)
+
+
+# ---- serial split-K ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "shape"), [("mm_bias_gelu", {"M": 16, "K": 512, "N": 96}),
+                                             ("w8_dequant_mm", {"M": 5, "K": 256, "N": 64}),
+                                             ("swiglu", {"M": 3, "D": 256, "H": 96})])
+def test_serial_split_k_is_one_launch_and_sums_like_the_reduce_kernel(name: str, shape: dict[str, int]) -> None:
+    """The last split of a tile sums the partials in split order: the outputs equal the two-kernel form's
+    exactly, match the float64 reference, and a second call (counters reset by the kernel) gives them again."""
+    g = fs.workload(name, dtype=torch.float32, **shape)
+    base = P.heuristic(g)
+    plan = Plan(g, [dataclasses.replace(k, config=dataclasses.replace(k.config, split_k=4, block_k=32))
+                    if isinstance(k, TemplateKernel) else k for k in base.kernels], base.recompute)
+    inputs = fs.random_inputs(g, seed=1)
+    two = plan.compile()
+    one = plan.compile(serial_split_k=True)
+    launches = lambda src: src[src.index("def run("):src.index("def steps(")].count("[(")  # noqa: E731
+    templates = sum(isinstance(k, TemplateKernel) for k in plan.kernels)
+    assert launches(one.source) == launches(two.source) - templates
+    expected = two(*inputs)
+    for _ in range(2):
+        got = one(*inputs, poison=True)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert validate(plan, g, inputs, serial_split_k=True).ok
+    assert all(int(c.abs().sum()) == 0 for c in one.module._SEMAPHORES.values())  # left at zero for the next call
