@@ -5,16 +5,23 @@ binary in its on-disk cache; a worker that builds and launches a plan once leave
 worker then loads it without compiling. MeasureWorker judges plans one at a time in one process that owns
 the GPU: a kernel that faults (an illegal address poisons the process's CUDA context), hangs past the trial's
 time limit, or kills its process fails that trial with the reason, and the worker is replaced before the next.
-Workers are spawned (never forked: a forked CUDA context is unusable)."""
+
+Workers are fresh interpreters (`python -m fusionsearch.measure.isolate`, never forked: a forked CUDA context
+is unusable) talking over a socket pair. Unlike multiprocessing's spawn they never re-import the caller's
+main script, so a script without an `if __name__ == "__main__"` guard, or one read from stdin, still works."""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import importlib
-import multiprocessing
+import io
 import os
 import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
@@ -45,39 +52,96 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
         return naming_source(failure_reason(e), compiled)
 
 
+def _exit_description(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _Worker:
+    """One worker interpreter and the connection to it."""
+
+    def __init__(self, role: str, device: str, judge: str = "") -> None:
+        ours, theirs = socket.socketpair()
+        # The worker imports what this process can: tests and scripts put their folders on sys.path.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fusionsearch.measure.isolate", str(theirs.fileno()), role, device, judge],
+            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        theirs.close()
+        self.conn = Connection(ours.detach())
+
+    def stop(self, kill: bool) -> int | None:
+        """End the worker (killed, or after it exits by itself); its exit code."""
+        if kill:
+            self.proc.kill()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.conn.close()
+        return self.proc.returncode
+
+    def close(self) -> None:
+        """Ask the worker to stop; kill it if it does not within 10 s."""
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.stop(kill=False)
+
+
 class CompilePool:
-    """A pool of spawned worker processes warming Triton's cache for batches of plans."""
+    """Worker processes warming Triton's cache for batches of plans, one plan per worker at a time; a plan
+    whose compile hangs past `timeout_s` or kills its worker gets that as its reason, and the worker is
+    replaced."""
 
     def __init__(self, workers: int | None = None, device: str = "cuda", timeout_s: float = 300.0) -> None:
         self.workers = workers or max(1, min(8, (os.cpu_count() or 2) - 1))
         self.device, self.timeout_s = device, timeout_s
-        self._pool: cf.ProcessPoolExecutor | None = None
-
-    def _executor(self) -> cf.ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        return self._pool
+        self._idle: list[_Worker] = []
 
     def warm(self, spec: dict[str, Any], plans_json: Sequence[str]) -> list[str]:
         """Compile each plan in a worker; per plan '' (ready) or why it failed (compile error, timeout, crash)."""
-        if not plans_json:
-            return []
-        futures = [self._executor().submit(_warm, spec, p, self.device) for p in plans_json]
-        out = []
-        for f in futures:
-            try:
-                out.append(f.result(timeout=self.timeout_s))
-            except cf.TimeoutError:
-                out.append(f"compile timed out after {self.timeout_s:.0f} s")
-            except Exception as e:  # a worker that died (segfault, illegal address) is replaced next batch
-                out.append(f"compile worker failed: {type(e).__name__}: {e}"[:500])
-                self.close()
+        out = [""] * len(plans_json)
+        waiting = list(range(len(plans_json)))
+        busy: dict[Connection, tuple[_Worker, int, float]] = {}
+        while waiting or busy:
+            while waiting and len(busy) < self.workers:
+                worker = self._idle.pop() if self._idle else _Worker("compile", self.device)
+                index = waiting.pop(0)
+                try:
+                    worker.conn.send((spec, plans_json[index]))
+                except OSError:  # died while idle: its plan goes to a fresh worker
+                    worker.stop(kill=True)
+                    waiting.insert(0, index)
+                    continue
+                busy[worker.conn] = (worker, index, time.time() + self.timeout_s)
+            soonest = min(deadline for _, _, deadline in busy.values())
+            for conn in wait(list(busy), timeout=max(0.0, soonest - time.time())):
+                worker, index, _ = busy.pop(conn)  # type: ignore[call-overload]
+                try:
+                    out[index] = conn.recv()  # type: ignore[union-attr]
+                    self._idle.append(worker)
+                except (EOFError, OSError):
+                    out[index] = f"compile worker died ({_exit_description(worker.stop(kill=True))})"
+            for conn, (worker, index, deadline) in list(busy.items()):
+                if time.time() >= deadline:
+                    del busy[conn]
+                    worker.stop(kill=True)
+                    out[index] = f"compile timed out after {self.timeout_s:.0f} s"
         return out
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        for worker in self._idle:
+            worker.close()
+        self._idle = []
 
 
 DEFAULT_JUDGE = "fusionsearch.measure.judge:judge_plan"
@@ -123,14 +187,14 @@ def _serve(conn: Any, device: str, judge: str) -> None:
         if request is None:
             return
         if request[0] == "graph":
-            _, spec, inputs, seed, settings = request
+            _, spec, packed, seed, settings = request
             state = None
             try:
                 if setup_error:
                     raise RuntimeError(setup_error)
                 g = graph_from_dict(spec)
-                on_device = (random_inputs(g, seed=seed, device=device) if inputs is None
-                             else [t.to(device) for t in inputs])
+                on_device = (random_inputs(g, seed=seed, device=device) if packed is None
+                             else [t.to(device) for t in torch.load(io.BytesIO(packed), weights_only=True)])
                 state = MeasureState(g, on_device, seed, settings)
                 conn.send(("ready", ""))
             except Exception as e:
@@ -147,17 +211,6 @@ def _serve(conn: Any, device: str, judge: str) -> None:
             return
 
 
-def _exit_description(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 class MeasureWorker:
     """Judges plans in a spawned process that owns the GPU, one at a time, each within `timeout_s`; a plan
     whose kernel faults, hangs or kills the process gets that as its reason and the next plan a fresh worker.
@@ -172,8 +225,7 @@ class MeasureWorker:
         self.device, self.judge_path = device, judge
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.started = 0  # worker processes started so far: 1 + the number replaced
-        self._proc: Any = None
-        self._conn: Any = None
+        self._worker: _Worker | None = None
         self._graph: tuple[Any, ...] | None = None
         self._ready = False
         if graph_spec is not None:
@@ -182,25 +234,26 @@ class MeasureWorker:
     def set_graph(self, graph_spec: dict[str, Any], inputs: Sequence[torch.Tensor] | None = None, seed: int = 0,
                   settings: dict[str, Any] | None = None) -> None:
         """Judge plans of this graph from now on (set up in the worker before the next judgement)."""
-        cpu = None if inputs is None else [t.detach().cpu() for t in inputs]
-        self._graph = ("graph", graph_spec, cpu, seed, dict(settings or {}))
+        packed = None
+        if inputs is not None:  # plain bytes cross the pipe: no shared memory to hand over
+            buffer = io.BytesIO()
+            torch.save([t.detach().cpu() for t in inputs], buffer)
+            packed = buffer.getvalue()
+        self._graph = ("graph", graph_spec, packed, seed, dict(settings or {}))
         self._ready = False
 
-    def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, self.device, self.judge_path), daemon=True)
-        proc.start()
-        child.close()
-        self._proc, self._conn = proc, parent
-        self.started += 1
+    @property
+    def _conn(self) -> Connection:
+        assert self._worker is not None
+        return self._worker.conn
 
     def _set_up(self) -> None:
         """Start the worker if needed and give it the current graph; raises MeasureError when it cannot."""
         if self._graph is None:
             raise MeasureError("MeasureWorker.judge before set_graph: no graph to judge plans of")
-        if self._proc is None:
-            self._start()
+        if self._worker is None:
+            self._worker = _Worker("measure", self.device, self.judge_path)
+            self.started += 1
         try:
             self._conn.send(self._graph)
             if not self._conn.poll(self.start_timeout_s):
@@ -217,7 +270,7 @@ class MeasureWorker:
     def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
         """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even set up
         raises MeasureError, which fails the trial)."""
-        if self._proc is None or not self._ready:
+        if self._worker is None or not self._ready:
             self._set_up()
         try:
             self._conn.send(("judge", plan_json, kernels))
@@ -238,28 +291,32 @@ class MeasureWorker:
 
     def _stop(self, kill: bool) -> int | None:
         """End the worker (killed, or after it exits by itself); its exit code."""
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
-        self._ready = False
-        if proc is None:
-            return None
-        if kill:
-            proc.kill()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(10)
-        if conn is not None:
-            conn.close()
-        return proc.exitcode
+        worker, self._worker, self._ready = self._worker, None, False
+        return None if worker is None else worker.stop(kill)
 
     def close(self) -> None:
         """Ask the worker to stop; kill it if it does not."""
-        if self._conn is not None:
-            try:
-                self._conn.send(None)
-            except OSError:
-                pass
-        if self._proc is not None:
-            self._proc.join(10)
-        self._stop(kill=True)
+        worker, self._worker, self._ready = self._worker, None, False
+        if worker is not None:
+            worker.close()
+
+
+def _child_main(argv: Sequence[str]) -> None:
+    """A worker interpreter: argv = the socket's fd, the role (compile or measure), the device, the judge."""
+    fd, role, device = int(argv[0]), argv[1], argv[2]
+    conn = Connection(fd)
+    if role == "measure":
+        _serve(conn, device, argv[3])
+        return
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        conn.send(_warm(request[0], request[1], device))
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])

@@ -5,7 +5,10 @@ illegal address poisoning the context) are shown by benchmarks/fault_gpu.py."""
 
 from __future__ import annotations
 
+import ast
 import math
+import subprocess
+import sys
 import time
 
 import pytest
@@ -71,8 +74,7 @@ def test_a_hanging_plan_times_out_and_the_worker_is_replaced() -> None:
         took = time.time() - start
         assert not j.ok and j.reason.startswith("timed out after 1.5 s"), j
         assert took < 1.5 + 15  # the wait, then the kill; never the judge's 600 s sleep
-        proc = w._proc
-        assert proc is None
+        assert w._worker is None  # killed, not kept
         j2 = w.judge(unfused(G).to_json())
         assert not j2.ok and w.started == 2
     finally:
@@ -157,3 +159,32 @@ def test_a_kernel_failure_names_the_generated_source_to_reproduce_it(monkeypatch
     path = v.reason.split("[generated source: ", 1)[1].rstrip("]")
     with open(path) as f:
         assert f.read() == plan.compile().source  # the very source that failed, in the cache
+
+
+UNGUARDED = """
+import torch
+import fusionsearch as fs
+from fusionsearch.measure.isolate import CompilePool, MeasureWorker
+from fusionsearch.search.plan import unfused
+
+g = fs.workload("w8_dequant_mm", dtype=torch.float32, M=16, K=128, N=96)
+w = MeasureWorker(g.to_dict(), device="cpu")
+j = w.judge(unfused(g).to_json())
+w.close()
+print("JUDGED", j.rel_err, j.reason)
+pool = CompilePool(2, device="cpu")
+print("WARMED", pool.warm(g.to_dict(), [unfused(g).to_json(), "{not json", unfused(g).to_json()]))
+pool.close()
+"""
+
+
+def test_workers_start_from_a_script_without_a_main_guard_read_from_stdin() -> None:
+    """Workers are fresh interpreters: the caller's main script (here stdin, with no __main__ guard) is never
+    re-run in them, as multiprocessing's spawn would."""
+    out = subprocess.run([sys.executable, "-"], input=UNGUARDED, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    judged = next(line for line in out.stdout.splitlines() if line.startswith("JUDGED"))
+    assert "timing needs a CUDA GPU" in judged and float(judged.split()[1]) <= 1e-5, judged
+    warmed = next(line for line in out.stdout.splitlines() if line.startswith("WARMED"))
+    reasons = ast.literal_eval(warmed.removeprefix("WARMED "))
+    assert reasons[0] == "" and reasons[2] == "" and "JSON" in reasons[1], reasons
