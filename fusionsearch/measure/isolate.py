@@ -148,7 +148,7 @@ DEFAULT_JUDGE = "fusionsearch.measure.judge:judge_plan"
 
 
 def _judge_function(path: str) -> Callable[..., dict[str, Any]]:
-    """'module:function' -> the function (a measurement worker imports its judge by name: spawn pickles no code)."""
+    """The function that "module:function" names: a worker imports its judge by name (no code crosses the pipe)."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -212,7 +212,7 @@ def _serve(conn: Any, device: str, judge: str) -> None:
 
 
 class MeasureWorker:
-    """Judges plans in a spawned process that owns the GPU, one at a time, each within `timeout_s`; a plan
+    """Judges plans in a worker process that owns the GPU, one at a time, each within `timeout_s`; a plan
     whose kernel faults, hangs or kills the process gets that as its reason and the next plan a fresh worker.
     The worker holds one graph at a time (set_graph; the constructor's by default): `inputs` (copied to the CPU
     to cross the pipe) are the caller's, None draws them from `seed`; `settings` reach the judge as
