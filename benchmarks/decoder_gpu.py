@@ -76,14 +76,20 @@ def main() -> None:
     ap.add_argument("--out", default="out")
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--skip-max-autotune", action="store_true")
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help=f"comma-separated subset of: {', '.join(SHAPES)} (default all)")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "fusionsearch-decoder-plans"),
                     help="the backend's plan cache (default: a temporary folder, so --out holds only the report)")
     args = ap.parse_args()
+    shapes = [name.strip() for name in args.shapes.split(",") if name.strip()]
+    if unknown := [name for name in shapes if name not in SHAPES]:
+        ap.error(f"--shapes: unknown {unknown}; choose from {list(SHAPES)}")
     os.makedirs(args.out, exist_ok=True)
     model = decoder()
     rows = []
     with torch.no_grad():
-        for name, (b, s) in SHAPES.items():
+        for name in shapes:
+            b, s = SHAPES[name]
             x = torch.randn(b, s, 2048, device="cuda", dtype=torch.bfloat16)
             ref = model(x)
             backend = fs.backend(trials=args.trials, fallback="inductor", cache=args.cache)
