@@ -148,8 +148,9 @@ class _Compiler:
         steps = []
         for region in regions:
             ins = [env[i] for i in region.inputs] if device != "cpu-interpreter" else None
-            run = self._plan(region, device, ins).compile().module.run
-            if ins is not None:  # the next regions are searched on the values this one computes
+            run = self._plan(region, device, ins).compile().module.run if region.tuned else \
+                self._glue(region, ins, device)
+            if ins is not None:  # the next regions are searched (glue: compiled) on the values this one computes
                 env.update(zip(region.outputs, run(*ins), strict=True))
             steps.append((run, region.inputs, region.outputs))
             if bar is not None and region.tuned:
@@ -159,18 +160,34 @@ class _Compiler:
             bar.close()
         return steps
 
+    def _glue(self, region: Region, values: list[torch.Tensor] | None, device: str
+              ) -> Callable[..., list[torch.Tensor]]:
+        """A glue region as PyTorch runs it: compiled by Inductor on a GPU (fallback 'inductor': norms, views
+        and residual chains fused as Inductor fuses them), else its ops in eager PyTorch. Outputs are dense,
+        as the matmul regions' plans were searched on."""
+        from fusionsearch.graph.reference import reference
+
+        g = region.graph
+
+        def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
+            return [t.contiguous() for t in reference(g, inputs)]
+
+        if self.options.fallback != "inductor" or values is None:  # eager asked for, or the CPU interpreter
+            return run
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        with torch._guards.tracing(None):  # fresh fake tensors, not those of Dynamo's compile in progress
+            traced = make_fx(run)(*values)
+        compiled = compile_fx(traced, values)
+        return lambda *inputs: list(compiled(*inputs))
+
     def _plan(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> Plan:
-        """A glue region's plain plan; a matmul region's plan from the cache (identical regions share one),
-        else from a search on the region's own input values (random ones in the interpreter)."""
-        from fusionsearch.search import plan as P
+        """A matmul region's plan from the cache (identical regions share one), else from a search on the
+        region's own input values (random ones in the interpreter)."""
         from fusionsearch.search.study import SearchOptions, run_study
 
         g = region.graph
-        if not region.tuned:
-            try:
-                return P.heuristic(g)
-            except FusionSearchError:
-                return P.unfused(g)
         self.stats.regions += 1
         key = self.cache.key(g, device, self.options.search_settings())
         plan = self.cache.load(key, g)

@@ -5,7 +5,9 @@ into regions, each matmul with the pointwise work it may fuse (what it produces 
 epilogue side; what only it consumes, the prologue side), the search stays small, and the repeated layers of a
 model become identical regions: the same graph up to names, renamed canonically (inputs i0.., nodes r0.. in
 program order), so one search and one cached plan serve them all. What no matmul claims (extern ops, pointwise
-work between inputs and several consumers) becomes glue regions of one node each, run as plain kernels."""
+work between inputs and several consumers, reductions) becomes glue: connected glue is merged into as few
+regions as keep the regions' order acyclic, so that a norm or a residual chain runs as one fused kernel and
+one call, not one per op."""
 
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ def partition(g: OpGraph) -> list[Region]:
             for n in order:
                 if owner[n] == key and n != key and g.node(n).kind != "template":
                     owner[n] = n
+    _merge_glue(g, order, owner)
+    graph = _region_graph(g, order, owner)
     members: dict[str, list[str]] = {}
     for n in order:
         members.setdefault(owner[n], []).append(n)
@@ -73,6 +77,27 @@ def _assign(g: OpGraph, order: list[str]) -> dict[str, str]:
     for n in order:
         owner.setdefault(n, n)
     return owner
+
+
+def _merge_glue(g: OpGraph, order: list[str], owner: dict[str, str]) -> None:
+    """Join each glue node to the glue region of one of its producers, the latest first, wherever the
+    regions still run in one order (no region both feeds and reads another)."""
+    templates = set(g.nodes_of_kind("template"))
+    position = {n: i for i, n in enumerate(order)}
+    for n in order:
+        if owner[n] in templates:
+            continue
+        producers = sorted({owner[s] for s in g.node(n).inputs if s in owner and owner[s] not in templates
+                            and owner[s] != owner[n]}, key=position.__getitem__, reverse=True)
+        for key in producers:
+            moved = [m for m in order if owner[m] == owner[n]]
+            before = owner[n]
+            for m in moved:
+                owner[m] = key
+            if nx.is_directed_acyclic_graph(_region_graph(g, order, owner)):
+                break
+            for m in moved:
+                owner[m] = before
 
 
 def _region_graph(g: OpGraph, order: list[str], owner: dict[str, str]) -> nx.DiGraph:
