@@ -32,6 +32,8 @@ class CostModelError(FusionSearchError):
 
 def failure_reason(e: BaseException, limit: int = 500) -> str:
     """A failure as one line for a trial or dataset row: the exception type and its message's last line (where
-    Triton and CUDA put the cause)."""
+    Triton puts the cause), or for a CUDA error the line that names it."""
     lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:limit]
+    # PyTorch's CUDA errors put the cause first and debugging advice after it.
+    cause = next((line for line in lines if "CUDA error" in line), lines[-1] if lines else "")
+    return f"{type(e).__name__}: {cause}"[:limit]

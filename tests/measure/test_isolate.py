@@ -188,3 +188,13 @@ def test_workers_start_from_a_script_without_a_main_guard_read_from_stdin() -> N
     warmed = next(line for line in out.stdout.splitlines() if line.startswith("WARMED"))
     reasons = ast.literal_eval(warmed.removeprefix("WARMED "))
     assert reasons[0] == "" and reasons[2] == "" and "JSON" in reasons[1], reasons
+
+
+def test_a_cuda_error_reason_names_the_cause_not_the_advice() -> None:
+    from fusionsearch.errors import failure_reason
+
+    cuda = RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+                        "asynchronously reported at some other API call.\nFor debugging consider passing "
+                        "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    assert failure_reason(cuda) == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert failure_reason(ValueError("context\nthe cause")) == "ValueError: the cause"
