@@ -125,6 +125,13 @@ class _Compiler:
             raise _Decline(f"the graph returns {spec.num_leaves} values, {len(g.outputs)} of them tensors")
         steps = self.regions(g, [*example_inputs, *state], device)
         inputs, outputs = list(g.inputs), list(g.outputs)
+        if self.options.fallback == "inductor" and device != "cpu-interpreter":
+            try:
+                compiled = _inductor_whole(g, steps, [*example_inputs, *state])
+                return lambda *args: tree_unflatten(list(compiled(*args, *state)), spec)
+            except Exception as e:  # the regions still run, one call each
+                log.warning("fusionsearch backend: Inductor could not compile the graph around the tuned regions "
+                            "(%s); the regions run one by one", failure_reason(e, 300))
 
         def call(*args: torch.Tensor) -> Any:
             values = dict(zip(inputs, [*args, *state], strict=True))
@@ -148,8 +155,7 @@ class _Compiler:
         steps = []
         for region in regions:
             ins = [env[i] for i in region.inputs] if device != "cpu-interpreter" else None
-            run = self._plan(region, device, ins).compile().module.run if region.tuned else \
-                self._glue(region, ins, device)
+            run = self._plan(region, device, ins).compile().module.run if region.tuned else self._glue(region)
             if ins is not None:  # the next regions are searched (glue: compiled) on the values this one computes
                 env.update(zip(region.outputs, run(*ins), strict=True))
             steps.append((run, region.inputs, region.outputs))
@@ -160,11 +166,11 @@ class _Compiler:
             bar.close()
         return steps
 
-    def _glue(self, region: Region, values: list[torch.Tensor] | None, device: str
-              ) -> Callable[..., list[torch.Tensor]]:
-        """A glue region as PyTorch runs it: compiled by Inductor on a GPU (fallback 'inductor': norms, views
-        and residual chains fused as Inductor fuses them), else its ops in eager PyTorch. Outputs are dense,
-        as the matmul regions' plans were searched on."""
+    @staticmethod
+    def _glue(region: Region) -> Callable[..., list[torch.Tensor]]:
+        """A glue region's ops in eager PyTorch, dense outputs as the matmul regions' plans were searched on.
+        With the Inductor fallback the whole graph is compiled around the tuned regions (_inductor_whole),
+        these ops included; this runs them in the interpreter, with the eager fallback, or when that fails."""
         from fusionsearch.graph.reference import reference
 
         g = region.graph
@@ -172,15 +178,8 @@ class _Compiler:
         def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
             return [t.contiguous() for t in reference(g, inputs)]
 
-        if self.options.fallback != "inductor" or values is None:  # eager asked for, or the CPU interpreter
-            return run
-        from torch._inductor.compile_fx import compile_fx
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        with torch._guards.tracing(None):  # fresh fake tensors, not those of Dynamo's compile in progress
-            traced = make_fx(run)(*values)
-        compiled = compile_fx(traced, values)
-        return lambda *inputs: list(compiled(*inputs))
+        run.glue = run  # type: ignore[attr-defined]  # marks a glue step for _inductor_whole
+        return run
 
     def _plan(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> Plan:
         """A matmul region's plan from the cache (identical regions share one), else from a search on the
@@ -216,6 +215,35 @@ def tune_model(model: torch.nn.Module, *example_inputs: torch.Tensor, progress: 
             raise FusionSearchError(str(e)) from None
         compiler.regions(g, [*example_inputs, *module_state(model)], device, progress)
     return compiler.stats
+
+
+def _inductor_whole(g: OpGraph, steps: Sequence[tuple[Callable[..., list[torch.Tensor]], tuple[str, ...],
+                                                      tuple[str, ...]]],
+                    values: list[torch.Tensor]) -> Callable[..., Any]:
+    """The whole graph compiled by Inductor: the glue regions' ops traced in, each tuned region one call of
+    torch.ops.fusionsearch.region (dynamo/region_op.py). `values` are g's example inputs."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusionsearch.dynamo.region_op import region, register_region
+
+    env = dict(zip(g.inputs, values, strict=True))
+    keys: list[str | None] = []
+    for run, ins, outs in steps:
+        got = run(*[env[i] for i in ins])
+        env.update(zip(outs, got, strict=True))
+        keys.append(None if hasattr(run, "glue") else register_region(run, got))
+
+    def whole(*args: torch.Tensor) -> list[torch.Tensor]:
+        known = dict(zip(g.inputs, args, strict=True))
+        for (run, ins, outs), key in zip(steps, keys, strict=True):
+            parts = [known[i] for i in ins]
+            known.update(zip(outs, run(*parts) if key is None else region(key, parts), strict=True))
+        return [known[o] for o in g.outputs]
+
+    with torch._guards.tracing(None):  # fresh fake tensors, not those of Dynamo's compile in progress
+        traced = make_fx(whole)(*values)
+    return compile_fx(traced, values)
 
 
 def _traced(module: torch.nn.Module, example_inputs: list[torch.Tensor]) -> OpGraph:

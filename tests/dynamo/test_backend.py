@@ -238,37 +238,40 @@ def test_tune_model_bad_input_is_one_line_and_exit_2(argv: list[str], message: s
     assert len(err) == 1 and message in err[0]
 
 
-def test_glue_compiles_with_inductor_and_matches_its_eager_ops() -> None:
-    """A glue region (RMSNorm around a reduction, views, a residual add) handed to Inductor: the compiled
-    callable gives eager PyTorch's values, dense. Inductor's CPU code here; the backend does this on GPUs."""
-    from fusionsearch.dynamo.backend import BackendOptions, _Compiler
-    from fusionsearch.dynamo.regions import partition
+def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
+    """The whole graph handed to Inductor with each tuned region one fusionsearch::region call: it computes
+    what the regions run one by one compute. Inductor's CPU code and the interpreter here; GPUs in the backend."""
+    from fusionsearch.dynamo.backend import BackendOptions, _Compiler, _inductor_whole
     from fusionsearch.graph.capture import capture
-    from fusionsearch.graph.reference import reference
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.w = torch.nn.Parameter(torch.rand(32) + 0.5)
-            self.lin = torch.nn.Linear(32, 32, bias=False)
+            self.up = torch.nn.Linear(32, 48, bias=False)
+            self.down = torch.nn.Linear(48, 32, bias=False)
 
         def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
             h = x + r
             n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
-            return self.lin(n.view(-1, 32)).view(4, 2, 32)
+            return h + self.down(torch.nn.functional.silu(self.up(n)))
 
     torch.manual_seed(0)
     block = Block().eval()
     x, r = torch.randn(4, 2, 32), torch.randn(4, 2, 32)
+    values = [x, r, *fs.graph.capture.module_state(block)]
     with torch.no_grad():
         g = capture(block, x, r)
-        glue = [reg for reg in partition(g) if not reg.tuned]
-        assert glue, [reg.graph.describe() for reg in partition(g)]
-        region = max(glue, key=lambda reg: len(reg.graph))
-        env = dict(zip(g.inputs, [x, r, *fs.graph.capture.module_state(block)], strict=True))
-        values = [env[i] for i in region.inputs]
-        compiled = _Compiler(BackendOptions(fallback="inductor"))._glue(region, values, "cpu")
-        got, want = compiled(*values), reference(region.graph, values)
-    assert len(got) == len(want)
-    for a, b in zip(got, want, strict=True):
-        assert a.is_contiguous() and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        compiler = _Compiler(BackendOptions(trials=2, search_backend="model"))
+        steps = compiler.regions(g, values, "cpu-interpreter")
+        assert any(hasattr(run, "glue") for run, _, _ in steps) and compiler.stats.regions == 2
+        env = dict(zip(g.inputs, values, strict=True))
+        for run, ins, outs in steps:
+            env.update(zip(outs, run(*[env[i] for i in ins]), strict=True))
+        one_by_one = [env[o] for o in g.outputs]
+        whole = _inductor_whole(g, steps, values)
+        got = list(whole(*values))
+        eager = block(x, r)
+    assert len(got) == len(one_by_one) == 1
+    assert torch.allclose(got[0], one_by_one[0], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(got[0], eager, rtol=1e-4, atol=1e-5)
