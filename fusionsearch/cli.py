@@ -56,6 +56,8 @@ def _load_target(target: str | None, shape: str, dtype: str) -> OpGraph:
 def _cmd_search(args: argparse.Namespace) -> int:
     from fusionsearch.search.study import SearchOptions, run_study
 
+    if not args.trial_timeout > 0:
+        raise SpecError(f"--trial-timeout must be a positive number of seconds, got {args.trial_timeout:g}")
     g = _load_target(args.target, args.shape, args.dtype)
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
                          study_name=args.study, seed=args.seed, timeout=args.timeout,

@@ -79,6 +79,7 @@ def _user_error(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str
     (["mm_bias_gelu", "--shape", "M=16", "--sampler", "nope"], ("nope",)),
     (["mm_bias_gelu", "--shape", "M=16", "--trials", "0"], ("trials",)),
     (["mm_bias_gelu", "--storage", "not-a-url"], ("not a URL",)),
+    (["mm_bias_gelu", "--trial-timeout", "0"], ("--trial-timeout", "positive")),
     (["no/such/spec.json"], ("no such file",)),
 ])
 def test_bad_search_input_is_a_one_line_error(extra: list[str], words: tuple[str, ...],

@@ -133,7 +133,10 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
             if attempt < 4 and ("sqlite" in url or "IntegrityError" in repr(e) or "UniqueViolation" in repr(e)):
                 time.sleep(0.5)  # another worker is creating the schema at this moment
                 continue
-            raise SpecError(f"storage {redact(url)} cannot be opened: {str(e).splitlines()[0][:200]}") from None
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            if "DB access module" in why and url.startswith("postgresql"):
+                why = "no PostgreSQL driver: pip install 'psycopg[binary]' (or fusionsearch's [postgres] extra)"
+            raise SpecError(f"storage {redact(url)} cannot be opened: {why}") from None
     raise AssertionError("unreachable")
 
 
