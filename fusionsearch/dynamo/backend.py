@@ -75,6 +75,22 @@ class BackendStats:
     declined: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One region ready to run: its callable, and the parent graph's values it reads and writes."""
+
+    run: Callable[..., list[torch.Tensor]]
+    region: Region
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.region.inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.region.outputs
+
+
 class _Decline(Exception):
     """The backend does not take this graph; the message says why."""
 
@@ -135,15 +151,15 @@ class _Compiler:
 
         def call(*args: torch.Tensor) -> Any:
             values = dict(zip(inputs, [*args, *state], strict=True))
-            for run, ins, outs in steps:
-                values.update(zip(outs, run(*[values[i] for i in ins]), strict=True))
+            for step in steps:
+                values.update(zip(step.outputs, step.run(*[values[i] for i in step.inputs]), strict=True))
             return tree_unflatten([values[o] for o in outputs], spec)
 
         return call
 
     def regions(self, g: OpGraph, values: list[torch.Tensor], device: str, progress: bool = False
-                ) -> list[tuple[Callable[..., list[torch.Tensor]], tuple[str, ...], tuple[str, ...]]]:
-        """(run, parent inputs, parent outputs) of each region of `g` in order, each matmul region searched
+                ) -> list[_Step]:
+        """Each region of `g` ready to run, in order, each matmul region searched
         or loaded from the plan cache; `values` are the example values of g's inputs."""
         regions = partition(g)
         env = dict(zip(g.inputs, values, strict=True))
@@ -158,7 +174,7 @@ class _Compiler:
             run = self._plan(region, device, ins).compile().module.run if region.tuned else self._glue(region)
             if ins is not None:  # the next regions are searched (glue: compiled) on the values this one computes
                 env.update(zip(region.outputs, run(*ins), strict=True))
-            steps.append((run, region.inputs, region.outputs))
+            steps.append(_Step(run, region))
             if bar is not None and region.tuned:
                 bar.update(1)
                 bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}")
@@ -178,7 +194,6 @@ class _Compiler:
         def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
             return [t.contiguous() for t in reference(g, inputs)]
 
-        run.glue = run  # type: ignore[attr-defined]  # marks a glue step for _inductor_whole
         return run
 
     def _plan(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> Plan:
@@ -217,9 +232,7 @@ def tune_model(model: torch.nn.Module, *example_inputs: torch.Tensor, progress: 
     return compiler.stats
 
 
-def _inductor_whole(g: OpGraph, steps: Sequence[tuple[Callable[..., list[torch.Tensor]], tuple[str, ...],
-                                                      tuple[str, ...]]],
-                    values: list[torch.Tensor]) -> Callable[..., Any]:
+def _inductor_whole(g: OpGraph, steps: Sequence[_Step], values: list[torch.Tensor]) -> Callable[..., Any]:
     """The whole graph compiled by Inductor: the glue regions' ops traced in, each tuned region one call of
     torch.ops.fusionsearch.region (dynamo/region_op.py). `values` are g's example inputs."""
     from torch._inductor.compile_fx import compile_fx
@@ -227,18 +240,13 @@ def _inductor_whole(g: OpGraph, steps: Sequence[tuple[Callable[..., list[torch.T
 
     from fusionsearch.dynamo.region_op import region, register_region
 
-    env = dict(zip(g.inputs, values, strict=True))
-    keys: list[str | None] = []
-    for run, ins, outs in steps:
-        got = run(*[env[i] for i in ins])
-        env.update(zip(outs, got, strict=True))
-        keys.append(None if hasattr(run, "glue") else register_region(run, got))
+    keys = [register_region(step.run, step.region.graph) if step.region.tuned else None for step in steps]
 
     def whole(*args: torch.Tensor) -> list[torch.Tensor]:
         known = dict(zip(g.inputs, args, strict=True))
-        for (run, ins, outs), key in zip(steps, keys, strict=True):
-            parts = [known[i] for i in ins]
-            known.update(zip(outs, run(*parts) if key is None else region(key, parts), strict=True))
+        for step, key in zip(steps, keys, strict=True):
+            parts = [known[i] for i in step.inputs]
+            known.update(zip(step.outputs, step.run(*parts) if key is None else region(key, parts), strict=True))
         return [known[o] for o in g.outputs]
 
     with torch._guards.tracing(None):  # fresh fake tensors, not those of Dynamo's compile in progress

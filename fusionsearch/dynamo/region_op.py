@@ -5,10 +5,12 @@ region: its module's run and its outputs' shapes and dtypes (what the operator's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from fusionsearch.graph.opgraph import OpGraph
 
 __all__ = ["register_region"]
 
@@ -22,10 +24,11 @@ class _Registered:
 _REGIONS: dict[str, _Registered] = {}
 
 
-def register_region(run: Callable[..., list[torch.Tensor]], outputs: Sequence[torch.Tensor]) -> str:
-    """Register a region's run with example outputs (their shapes and dtypes); returns its key."""
+def register_region(run: Callable[..., list[torch.Tensor]], graph: OpGraph) -> str:
+    """Register a region's run with its graph (whose outputs' shapes and dtypes the fake form returns);
+    returns its key."""
     key = f"region{len(_REGIONS)}"
-    _REGIONS[key] = _Registered(run, tuple((tuple(t.shape), t.dtype) for t in outputs))
+    _REGIONS[key] = _Registered(run, tuple((tuple(graph.node(o).shape), graph.node(o).dtype) for o in graph.outputs))
     return key
 
 

@@ -264,10 +264,10 @@ def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
         g = capture(block, x, r)
         compiler = _Compiler(BackendOptions(trials=2, search_backend="model"))
         steps = compiler.regions(g, values, "cpu-interpreter")
-        assert any(hasattr(run, "glue") for run, _, _ in steps) and compiler.stats.regions == 2
+        assert any(not step.region.tuned for step in steps) and compiler.stats.regions == 2
         env = dict(zip(g.inputs, values, strict=True))
-        for run, ins, outs in steps:
-            env.update(zip(outs, run(*[env[i] for i in ins]), strict=True))
+        for step in steps:
+            env.update(zip(step.outputs, step.run(*[env[i] for i in step.inputs]), strict=True))
         one_by_one = [env[o] for o in g.outputs]
         whole = _inductor_whole(g, steps, values)
         got = list(whole(*values))
