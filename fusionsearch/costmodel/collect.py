@@ -125,20 +125,18 @@ def judge_for_dataset(state: Any, plan_json: str, kernels: bool) -> dict[str, An
     """In the measurement worker: validate the plan against the float64 reference, then time each kernel
     alone (what a dataset row holds; kernel_us, ok). Wall-clock times on the CPU, for tests."""
     from fusionsearch.measure.bench import time_callable
-    from fusionsearch.measure.validate import validate
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.measure.judge import validated
 
-    plan = Plan.from_json(plan_json, state.graph)
-    v = validate(plan, state.graph, state.inputs, refs=state.refs())
-    if not v.ok:
-        return {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
+    plan, rel_err, invalid = validated(state, plan_json)
+    if invalid is not None:
+        return invalid
     timer = time_callable if state.inputs[0].is_cuda else _wall_clock
     try:
         times = kernel_times(plan, state.inputs, state.settings.get("warmup_ms", 5), state.settings.get("rep_ms", 25),
                              timer)
     except Exception as e:  # a launch failure marks this plan, the collection goes on
-        return {"ok": False, "rel_err": v.rel_err, "reason": f"failed to launch: {failure_reason(e, 300)}"}
-    return {"ok": True, "rel_err": v.rel_err, "kernel_us": times, "median_us": sum(times)}
+        return {"ok": False, "rel_err": rel_err, "reason": f"failed to launch: {failure_reason(e, 300)}"}
+    return {"ok": True, "rel_err": rel_err, "kernel_us": times, "median_us": sum(times)}
 
 
 def _wall_clock(fn: Any, warmup_ms: int = 0, rep_ms: int = 0) -> Any:

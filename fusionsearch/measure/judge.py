@@ -56,23 +56,31 @@ class MeasureState:
         return self._refs
 
 
-def judge_plan(state: MeasureState, plan_json: str, kernels: bool = False) -> dict[str, Any]:
-    """Validate, then time, the plan given as JSON; never raises for a failing kernel (the reason is returned)."""
-    from fusionsearch.measure.bench import benchmark, kernel_times
+def validated(state: MeasureState, plan_json: str) -> tuple[Any, float, dict[str, Any] | None]:
+    """The plan given as JSON, its error against the float64 reference, and the judgement when it is invalid
+    (None when it may be timed): the first step of every judge."""
     from fusionsearch.measure.validate import validate
     from fusionsearch.search.plan import Plan
 
     plan = Plan.from_json(plan_json, state.graph)
     v = validate(plan, state.graph, state.inputs, seed=state.seed, refs=state.refs())
-    if not v.ok:
-        return {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
+    return plan, v.rel_err, None if v.ok else {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
+
+
+def judge_plan(state: MeasureState, plan_json: str, kernels: bool = False) -> dict[str, Any]:
+    """Validate, then time, the plan given as JSON; never raises for a failing kernel (the reason is returned)."""
+    from fusionsearch.measure.bench import benchmark, kernel_times
+
+    plan, rel_err, invalid = validated(state, plan_json)
+    if invalid is not None:
+        return invalid
     try:
         t = benchmark(plan, state.inputs)
     except MeasureError as e:  # no GPU to time on: the plan was still validated
-        return {"ok": False, "rel_err": v.rel_err, "reason": f"failed: {e}"}
+        return {"ok": False, "rel_err": rel_err, "reason": f"failed: {e}"}
     if not t.ok:
-        return {"ok": False, "rel_err": v.rel_err, "reason": f"failed: {t.reason}"}
-    out: dict[str, Any] = {"ok": True, "rel_err": v.rel_err, "median_us": t.median_us}
+        return {"ok": False, "rel_err": rel_err, "reason": f"failed: {t.reason}"}
+    out: dict[str, Any] = {"ok": True, "rel_err": rel_err, "median_us": t.median_us}
     if kernels:
         try:
             out["kernel_us"] = kernel_times(plan, state.inputs)
