@@ -1,8 +1,10 @@
 """Is a small-M plan bound by the host's launch cost? For a few small-M reference plans (one and two
-launches), on the GPU: do_bench of the plan's run (what the search measures), the host's own time per call
-(calls issued back to back without synchronising, so the host is the limit when it is slower than the
-GPU), and the same kernels replayed from a CUDA graph (no host launch cost at all). Also one empty Triton
-launch's host cost. Writes launch.json under --out and prints a table last.
+launches), on the GPU: do_bench of the plan's run (what the search measures; L2 flushed before each call),
+the host's own time per call (calls issued back to back without synchronising, so the host is the limit
+when it is slower than the GPU), each with launches through Triton's `kernel[grid](...)` and with the
+generated module's direct launches, and the same kernels replayed from a CUDA graph (no host launch cost,
+but L2 not flushed either: weights that fit in L2 stay there). Also one empty Triton launch's host cost,
+both ways. Writes launch.json under --out and prints a table last.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/launch_overhead_gpu.py --out $OUT"""
 
@@ -60,9 +62,17 @@ def measure(name: str, shape: dict[str, int], label: str, plan: Any, inputs: Any
     launches = src[src.index("def run("):src.index("def steps(")].count("[(")  # one grid per launch
     row: dict[str, Any] = {"case": case_name({"workload": name, "shape": shape}), "plan": label,
                            "describe": plan.describe(), "launches": launches,
-                           "rel_err": validate(plan, plan.graph, inputs, **options).rel_err,
-                           "do_bench_us": triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3, "host_us": host_us(fn)}
+                           "rel_err": validate(plan, plan.graph, inputs, **options).rel_err}
+    module = compiled.module
+    for fast, suffix in ((False, "_triton"), (True, "")):  # through kernel[grid], then direct launches
+        module._FAST_LAUNCH = fast
+        row["do_bench" + suffix + "_us"] = triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3
+        row["host" + suffix + "_us"] = host_us(fn)
+    module._FAST_LAUNCH = False
+    slow = [o.clone() for o in run(*inputs)]
+    module._FAST_LAUNCH = True
     first = [o.clone() for o in run(*inputs)]
+    row["direct_equals_triton_launch"] = all(torch.equal(a, b) for a, b in zip(first, slow, strict=True))
     # A race between the splits of a tile would show as outputs that change from call to call.
     row["same_output_in_200_calls"] = all(all(torch.equal(a, b) for a, b in zip(run(*inputs), first, strict=True))
                                           for _ in range(200))
@@ -79,8 +89,12 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     x = torch.empty(16, device="cuda")
+    ck = _empty[(1,)](x)
+    stream = triton.runtime.driver.active.get_current_stream(x.device.index)
     rows: list[dict[str, Any]] = [{"case": "empty Triton kernel", "plan": "", "launches": 1,
-                                   "host_us": host_us(lambda: _empty[(1,)](x))}]
+                                   "host_triton_us": host_us(lambda: _empty[(1,)](x)),
+                                   "host_us": host_us(lambda: ck.run(1, 1, 1, stream, ck.function, ck.packed_metadata,
+                                                                     None, None, None, x))}]
     for name, shape in CASES:
         g = fs.workload(name, **shape)
         inputs = fs.random_inputs(g, seed=0, device="cuda")
@@ -99,12 +113,15 @@ def main() -> None:
     with open(os.path.join(args.out, "launch.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "triton": triton.__version__, "rows": rows}, f, indent=1)
-    print("| case | plan | launches in run | rel err | do_bench us | host us per call | CUDA graph us |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | plan | launches in run | rel err | do_bench us: kernel[grid] / direct | host us per call: "
+          "kernel[grid] / direct | CUDA graph us (L2 warm) | direct = kernel[grid] |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        cells = [f"{r['rel_err']:.1e}" if "rel_err" in r else ""]
-        cells += [f"{r[k]:.1f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in
-                  ("do_bench_us", "host_us", "cuda_graph_us")]
+        cell = lambda k, r=r: f"{r[k]:.1f}" if isinstance(r.get(k), float) else str(r.get(k, ""))  # noqa: E731
+        cells = [f"{r['rel_err']:.1e}" if "rel_err" in r else "",
+                 f"{cell('do_bench_triton_us')} / {cell('do_bench_us')}",
+                 f"{cell('host_triton_us')} / {cell('host_us')}", cell("cuda_graph_us"),
+                 cell("direct_equals_triton_launch")]
         print(f"| {r['case']} | {r['plan']} | {r.get('launches', '')} | " + " | ".join(cells) + " |")
 
 

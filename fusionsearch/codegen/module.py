@@ -12,6 +12,8 @@ from fusionsearch.graph.registry import dtype_name
 from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel
 
 PRELUDE = '''\
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -39,10 +41,43 @@ _SEMAPHORES = {}
 
 def _semaphores(kernel, count, device):
     """A kernel's arrival counters: zeroed once per device and kept, since the kernel leaves them at zero."""
-    key = (kernel, str(device))
+    key = (kernel, device.type, device.index)
     if key not in _SEMAPHORES:
         _SEMAPHORES[key] = torch.zeros(count, dtype=torch.int32, device=device)
     return _SEMAPHORES[key]
+
+
+# Direct launches. Triton's `kernel[grid](...)` spends ~13 us of host time per launch (Triton 3.6) binding
+# and specialising its arguments, more than a small-M kernel takes on the GPU. The first call of `run` for
+# a given launch key goes through it and keeps the compiled kernels it returns; later calls with the same key
+# hand the same arguments to those kernels' launchers directly. The key holds everything that Triton's
+# specialisation reads and that can change between calls: each input's dtype, 16-byte alignment and strides
+# (every other buffer is a fresh allocation of fixed shape, contiguous and aligned; sizes are constants).
+# FUSIONSEARCH_FAST_LAUNCH=0 turns it off.
+_FAST_LAUNCH = os.environ.get("FUSIONSEARCH_FAST_LAUNCH", "1") != "0" and os.environ.get("TRITON_INTERPRET") != "1"
+_FAST_DEVICES = ("cuda",)
+_LAUNCHED = {}
+
+
+def _stream(device):
+    return triton.runtime.driver.active.get_current_stream(device.index)
+
+
+def _launch_key(inputs, device):
+    """(kernels to launch directly or None, the key to record this call's kernels under or None, the stream)."""
+    if not _FAST_LAUNCH or device.type not in _FAST_DEVICES:
+        return None, None, None
+    key = (device.type, device.index, *[(t.dtype, t.data_ptr() % 16 == 0, t.stride()) for t in inputs])
+    fast = _LAUNCHED.get(key)
+    if fast is None:
+        return None, key, None
+    return fast, None, _stream(device)
+
+
+def _remember(key, launched):
+    """Keep the compiled kernels of the launch sites, in order, for direct launches under this key."""
+    if key is not None and all(hasattr(k, "packed_metadata") for k in launched):
+        _LAUNCHED[key] = [(k.run, k.function, k.packed_metadata) for k in launched]
 '''
 
 EXTERN_LOADER = '''
@@ -83,6 +118,18 @@ def _load_externs():
 '''
 
 
+def _launch_lines(gk: GeneratedKernel, args: list[str], site: int, record: bool) -> list[str]:
+    """One Triton launch: through `kernel[grid](...)` the first time (kept in `launched` when `record`), then
+    straight to the compiled kernel's launcher, `fast[site]`, with the same arguments and the constexprs'
+    values in parameter order (the launcher skips them)."""
+    meta = [f"{c}={v}" for c, v in gk.constexprs.items()] + [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
+    call = f"{gk.name}[{gk.grid!r}]({', '.join(args + meta)})"
+    direct = [*map(str, gk.grid), "stream", "_fn", "_md", "None", "None", "None", *args,
+              *map(str, gk.constexprs.values())]
+    return ["if fast is None:", f"    {f'launched.append({call})' if record else call}", "else:",
+            f"    _run, _fn, _md = fast[{site}]", f"    _run({', '.join(direct)})"]
+
+
 @dataclass
 class PlanModule:
     """The generated module's source, its kernels, and the extern specs it calls (by position)."""
@@ -93,11 +140,15 @@ class PlanModule:
 
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                    upcast_pointwise: bool = True, serial_split_k: bool = False) -> PlanModule:
+                    upcast_pointwise: bool = True, serial_split_k: bool = True) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
-    which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone."""
+    which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone.
+    A split-K matmul is one launch (`serial_split_k`: its tile's last split sums the partials and runs the
+    epilogue); `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200
+    the one launch was as fast or faster on the GPU in every plan measured, and one launch less on the host
+    (benchmarks/results/h200-2026-12-03-launch-overhead/)."""
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
@@ -106,7 +157,9 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     head = [f"    if len(inputs) != {len(g.inputs)}:",
             f"        raise ValueError('this plan takes {len(g.inputs)} input tensors')",
             f"    {', '.join(buf[n] for n in g.inputs)}, = inputs",
-            f"    device = {buf[g.inputs[0]]}.device"]
+            f"    device = {buf[g.inputs[0]]}.device",
+            "    fast, key, stream = _launch_key(inputs, device)",
+            "    launched = []"]
     if any(isinstance(k, ExternKernel) for k in plan.kernels):
         head += ["    if not EXTERNS:", "        _load_externs()"]
     body: list[str] = []
@@ -143,7 +196,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         if step[0].workspace:
             # Poisoned too: a split-K partial tile that is never written must not read as stale sums.
             body.append(f"    ws{i} = _alloc(({step[0].workspace},), torch.float32, device, poison)")
-        calls = []
+        calls: list[str] = []
         for gk in step:
             args = []
             for a in gk.args:
@@ -154,17 +207,16 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
                 args.append(f"ws{i}")
             if gk.semaphores:
                 args.append(f"_semaphores({gk.name!r}, {gk.semaphores}, device)")
-            meta = [f"{c}={v}" for c, v in gk.constexprs.items()]
-            meta += [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
-            calls.append(f"{gk.name}[{gk.grid!r}]({', '.join(args + meta)})")
-        body += [f"    {c}" for c in calls]
+            body += [f"    {line}" for line in _launch_lines(gk, args, len(kernels), record=True)]
+            calls += _launch_lines(gk, args, len(kernels), record=False)
+            kernels.append(gk)
         launches.append(calls)
-        kernels.extend(step)
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
-    run = ["def run(*inputs, poison=False):", *head, *body, f"    return {outputs}"]
+    run = ["def run(*inputs, poison=False):", *head, *body, "    _remember(key, launched)", f"    return {outputs}"]
     steps = ["def steps(*inputs, poison=False):",
              '    """Run the plan once, then return (one callable per plan kernel, outputs) over its buffers."""',
-             *head, *body]
+             *head, *body, "    _remember(key, launched)", "    if fast is None and key is not None:",
+             "        fast, key, stream = _launch_key(inputs, device)"]
     for i, calls in enumerate(launches):
         steps.append("")
         steps.append(f"    def step_{i}():")

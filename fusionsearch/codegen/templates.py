@@ -138,7 +138,7 @@ def _epilogue(g: OpGraph, k: TemplateKernel, stored: set[str], src: Source, buff
 
 def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
                       upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                      serial_split_k: bool = False) -> list[GeneratedKernel]:
+                      serial_split_k: bool = True) -> list[GeneratedKernel]:
     """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
     or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
     runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split)."""

@@ -242,14 +242,15 @@ def _template(g: OpGraph, k: TemplateKernel, i: int, stored: set[str], hw: Hardw
         compute = main_compute + epi_compute
         time = max(memory, compute) + hw.launch_us
     else:
-        # The main kernel writes fp32 partial tiles; the reduce kernel reads them, runs the epilogue, stores.
+        # Every split writes an fp32 partial tile; the last to arrive reads them back, runs the epilogue and
+        # stores (codegen's serial split-K: one launch, the reduction a tail of the same kernel).
         workspace = split * p.batch * p.m * p.n * 4
         main_memory = (operand_bytes + workspace) / (bw * _bandwidth_share(ctas, hw)) * 1e6
         reduce_bytes = workspace + epi_read + written
         reduce_memory = reduce_bytes / (bw * _bandwidth_share(tiles * p.batch, hw)) * 1e6
         read, written = operand_bytes + workspace + epi_read, written + workspace
         memory, compute = main_memory + reduce_memory, main_compute + epi_compute
-        time = max(main_memory, main_compute) + max(reduce_memory, epi_compute) + 2 * hw.launch_us
+        time = max(main_memory, main_compute) + max(reduce_memory, epi_compute) + hw.launch_us
     return KernelEstimate(i, "template", read, written, mm_flops + pro_flops + epi_flops, time, memory, compute,
                           waves, tiles * p.batch, reread_a, reread_b)
 

@@ -64,16 +64,17 @@ def _mm_bias_gelu() -> OpGraph:
     return fs.workload("mm_bias_gelu", dtype=torch.float32, M=33, K=40, N=70)
 
 
-@pytest.mark.parametrize(("config", "which"), [(SMALL_TILE, 0), (SPLIT_TILE, 0), (SPLIT_TILE, 1)],
-                         ids=["template", "split_k_partials", "split_k_reduce"])
+@pytest.mark.parametrize(("config", "which", "serial"),
+                         [(SMALL_TILE, 0, True), (SPLIT_TILE, 0, True), (SPLIT_TILE, 0, False), (SPLIT_TILE, 1, False)],
+                         ids=["template", "serial_split_k", "split_k_partials", "split_k_reduce"])
 def test_a_template_tile_never_launched_is_caught(monkeypatch: pytest.MonkeyPatch, config: TileConfig,
-                                                  which: int) -> None:
+                                                  which: int, serial: bool) -> None:
     plan = _plan(_mm_bias_gelu(), P.fused_decisions(_mm_bias_gelu()), config)
-    _assert_valid(plan)  # the honest plan is fine
+    _assert_valid(plan, serial_split_k=serial)  # the honest plan is fine
     original = codegen_module.generate_template
     monkeypatch.setattr(codegen_module, "generate_template",
                         lambda *a, **k: _drop_last_block(original(*a, **k), which))
-    v = validate(plan)
+    v = validate(plan, serial_split_k=serial)
     assert not v.ok
     assert "NaN" in v.reason and "unwritten" in v.reason, v.reason
 
@@ -630,7 +631,7 @@ def test_serial_split_k_is_one_launch_and_sums_like_the_reduce_kernel(name: str,
     plan = Plan(g, [dataclasses.replace(k, config=dataclasses.replace(k.config, split_k=4, block_k=32))
                     if isinstance(k, TemplateKernel) else k for k in base.kernels], base.recompute)
     inputs = fs.random_inputs(g, seed=1)
-    two = plan.compile()
+    two = plan.compile(serial_split_k=False)
     one = plan.compile(serial_split_k=True)
     launches = lambda src: src[src.index("def run("):src.index("def steps(")].count("[(")  # noqa: E731
     templates = sum(isinstance(k, TemplateKernel) for k in plan.kernels)

@@ -119,7 +119,8 @@ def test_template_time_is_the_larger_roofline_term_plus_one_launch() -> None:
     assert k.compute_us >= 2 * 4096**3 / H200.peak_flops["bfloat16"] * 1e6
 
 
-def test_split_k_adds_the_fp32_workspace_round_trip_and_a_launch() -> None:
+def test_split_k_adds_the_fp32_workspace_round_trip_in_one_launch() -> None:
+    """Codegen's serial split-K: the partial tiles go out and come back, the reduction is the same kernel's tail."""
     M, K, N = 16, 4096, 4096
     g = fs.workload("mm_bias_gelu", M=M, K=K, N=N, dtype=torch.bfloat16)
     base = P.TileConfig(block_m=16, block_n=64, block_k=128, split_k=1, num_stages=3)
@@ -128,7 +129,8 @@ def test_split_k_adds_the_fp32_workspace_round_trip_and_a_launch() -> None:
     workspace = 4 * M * N * 4
     assert four.bytes_read - one.bytes_read == workspace
     assert four.bytes_written - one.bytes_written == workspace
-    assert four.time_us >= max(four.memory_us, four.compute_us) + 2 * H200.launch_us - 1e-9
+    assert four.time_us >= max(four.memory_us, four.compute_us) + H200.launch_us - 1e-9
+    assert four.time_us < max(four.memory_us, four.compute_us) + 2 * H200.launch_us
     # Split-K is clamped as codegen clamps it: never more slices than K blocks.
     huge = estimate(_with_config(P.fully_fused(g), replace(base, split_k=64))).per_kernel[0]
     clamped = estimate(_with_config(P.fully_fused(g), replace(base, split_k=32))).per_kernel[0]

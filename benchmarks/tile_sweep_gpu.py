@@ -1,0 +1,136 @@
+"""Which tile configs does a small-M fused matmul need? For the bandwidth-bound reference cases, the fully
+fused plan under a grid of tile configs much wider than the search's space (block N and K, split-K, warps,
+stages), each compiled in parallel, validated against float64 and timed with do_bench (L2 flushed), beside
+cuBLAS on the bare matmul and the floor measured in the same run. Then the best five again in the two-kernel
+split-K form, to compare with the default one-launch (serial) form.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/tile_sweep_gpu.py --out $OUT
+Writes sweep.json under --out; prints per case the ten best configs, then a summary table last."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import time
+from typing import Any
+
+import torch
+
+import fusionsearch as fs
+from fusionsearch.codegen.templates import problem
+from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
+from fusionsearch.datasets.workloads import case_name
+from fusionsearch.errors import failure_reason
+from fusionsearch.measure import validate
+from fusionsearch.measure.bench import benchmark, measure_ceilings, time_callable
+from fusionsearch.measure.isolate import CompilePool
+from fusionsearch.search.plan import Plan, TemplateKernel, TileConfig, fully_fused
+
+CASES = [("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, (16,)),
+         ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, (16,)),
+         ("gather_mm", {"M": 64, "K": 4096, "N": 4096, "T": 32000}, (32, 64))]
+BLOCK_N = (32, 64, 128)
+BLOCK_K = (64, 128, 256, 512)
+SPLIT_K = (1, 2, 4, 8, 16)
+WARPS_STAGES = ((2, 4), (4, 3), (4, 4), (4, 6), (8, 4))
+
+
+def configs(g: fs.OpGraph, mm: str, block_ms: tuple[int, ...], k: int) -> list[TileConfig]:
+    out = []
+    for bm, bn, bk, sk, (w, s) in itertools.product(block_ms, BLOCK_N, BLOCK_K, SPLIT_K, WARPS_STAGES):
+        cfg = TileConfig(bm, bn, bk, 8, sk, w, s)
+        if sk <= max(1, k // bk // 2) and fits(g, mm, cfg):
+            out.append(cfg)
+    return out
+
+
+def with_config(plan: Plan, cfg: TileConfig) -> Plan:
+    return Plan(plan.graph, [TemplateKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
+                             if isinstance(k, TemplateKernel) else k for k in plan.kernels], plan.recompute)
+
+
+def cublas_us(g: fs.OpGraph, mm: str) -> float:
+    p = problem(g, mm)
+    a = torch.randn(p.m, p.k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(p.k, p.n, dtype=torch.bfloat16, device="cuda")
+    return time_callable(lambda: torch.mm(a, b)).median_us
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--workers", type=int, default=14)
+    ap.add_argument("--rep-ms", type=int, default=20)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    ceilings = measure_ceilings()
+    pool = CompilePool(args.workers)
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "ceilings": ceilings, "cases": []}
+    summary = []
+    for name, shape, block_ms in CASES:
+        t0 = time.time()
+        g = fs.workload(name, **shape)
+        base = fully_fused(g)
+        mm = next(k.matmul for k in base.kernels if isinstance(k, TemplateKernel))
+        cfgs = configs(g, mm, block_ms, problem(g, mm).k)
+        plans = [with_config(base, c) for c in cfgs]
+        failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
+        inputs = fs.random_inputs(g, seed=0, device="cuda")
+        refs = fs.reference(g, inputs, float64=True)
+        rows = []
+        for cfg, p, failure in zip(cfgs, plans, failures, strict=True):
+            row: dict[str, Any] = {"config": cfg.short(), "median_us": None, "reason": failure}
+            if not failure:
+                try:
+                    v = validate(p, g, inputs, refs=refs)
+                    if not v.ok:
+                        row["reason"] = "invalid: " + v.reason
+                    else:
+                        t = benchmark(p, inputs, warmup_ms=5, rep_ms=args.rep_ms)
+                        row["median_us"], row["reason"] = (t.median_us, "") if t.ok else (None, t.reason)
+                except Exception as e:
+                    row["reason"] = failure_reason(e, 200)
+            rows.append(row)
+        ok = sorted((r for r in rows if r["median_us"]), key=lambda r: r["median_us"])
+        two_kernel = []
+        for r in ok[:5]:
+            cfg = cfgs[[c.short() for c in cfgs].index(r["config"])]
+            if cfg.split_k > 1:
+                t = benchmark(with_config(base, cfg), inputs, warmup_ms=5, rep_ms=args.rep_ms, serial_split_k=False)
+                two_kernel.append({"config": r["config"], "serial_us": r["median_us"],
+                                   "two_kernel_us": t.median_us if t.ok else None})
+        floor = max(least_bytes(g) / ceilings["bandwidth_bytes_per_s"], matmul_flops(g) / ceilings["peak_flops"]) * 1e6
+        cb = cublas_us(g, mm)
+        case = {"case": case_name({"workload": name, "shape": shape}), "floor_us": floor, "cublas_bare_us": cb,
+                "configs": len(cfgs), "ok": len(ok), "rows": rows, "two_kernel": two_kernel,
+                "seconds": time.time() - t0}
+        report["cases"].append(case)
+        with open(os.path.join(args.out, "sweep.json"), "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"{case['case']}: {len(cfgs)} configs, {len(ok)} ok, {case['seconds']:.0f} s; floor {floor:.1f} us, "
+              f"cuBLAS bare {cb:.1f} us", flush=True)
+        for r in ok[:10]:
+            print(f"   {r['median_us']:7.1f} us  {r['median_us'] / floor:5.2f}x floor  {r['config']}", flush=True)
+        for t in two_kernel:
+            print(f"   split-K {t['config']}: serial {t['serial_us']:.1f} us, two kernels {t['two_kernel_us']}")
+        reasons: dict[str, int] = {}
+        for r in rows:
+            if not r["median_us"]:
+                reasons[r["reason"][:80]] = reasons.get(r["reason"][:80], 0) + 1
+        for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
+            print(f"   {n} failed: {reason}")
+        summary.append((case["case"], floor, cb, ok[0]["median_us"] if ok else None, ok[0]["config"] if ok else ""))
+        del inputs, refs
+        torch.cuda.empty_cache()
+    pool.close()
+    print("| case | floor us | cuBLAS bare us | best fused us | x floor | config |")
+    print("|---|---|---|---|---|---|")
+    for c, floor, cb, best, cfg in summary:
+        cells = [f"{best:.1f}", f"{best / floor:.2f}"] if best else ["failed", ""]
+        print(f"| {c} | {floor:.1f} | {cb:.1f} | " + " | ".join(cells) + f" | {cfg} |")
+
+
+if __name__ == "__main__":
+    main()
