@@ -36,9 +36,9 @@ CASES = [("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, (16,)),
          ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, (16,)),
          ("gather_mm", {"M": 64, "K": 4096, "N": 4096, "T": 32000}, (32, 64))]
 BLOCK_N = (32, 64, 128)
-BLOCK_K = (64, 128, 256, 512)
+BLOCK_K = (128, 256, 512)
 SPLIT_K = (1, 2, 4, 8, 16)
-WARPS_STAGES = ((2, 4), (4, 3), (4, 4), (4, 6), (8, 4))
+WARPS_STAGES = ((4, 3), (4, 4), (4, 6), (8, 4))
 
 
 def configs(g: fs.OpGraph, mm: str, block_ms: tuple[int, ...], k: int) -> list[TileConfig]:
