@@ -3,8 +3,8 @@ fused plan under a grid of tile configs much wider than the search's space (bloc
 stages), each compiled in parallel, validated against float64 and timed with do_bench (L2 flushed), beside
 cuBLAS on the bare matmul and the floor measured in the same run. Then the best five again in the two-kernel
 split-K form, to compare with the default one-launch (serial) form, and the best eight with the weight (B
-operand) loaded through a TMA tensor descriptor instead of pointer loads: a probe made by rewriting the
-generated source (`tma_variant`), to learn whether codegen should emit descriptors for small M.
+operand, and A) loaded through TMA tensor descriptors instead of pointer loads (codegen's `tma_loads`), to
+learn whether codegen should emit descriptors for small M.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/tile_sweep_gpu.py --out $OUT
 Writes sweep.json under --out; prints per case the ten best configs, then a summary table last."""
@@ -15,19 +15,17 @@ import argparse
 import itertools
 import json
 import os
-import re
 import time
 from typing import Any
 
 import torch
 
 import fusionsearch as fs
-from fusionsearch.codegen.runtime import load_source
 from fusionsearch.codegen.templates import problem
 from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.errors import failure_reason
-from fusionsearch.measure import TOLERANCE, rel_error, validate
+from fusionsearch.measure import validate
 from fusionsearch.measure.bench import benchmark, measure_ceilings, time_callable
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.search.plan import Plan, TemplateKernel, TileConfig, fully_fused
@@ -55,40 +53,14 @@ def with_config(plan: Plan, cfg: TileConfig) -> Plan:
                              if isinstance(k, TemplateKernel) else k for k in plan.kernels], plan.recompute)
 
 
-B_LOAD = re.compile(r"(ld\d+) = tl\.load\((in\d+)_ptr \+ \(idx_k\[:, None\]\) \* (in\d+_s0) "
-                    r"\+ \(idx_n\[None, :\]\) \* in\d+_s1\)")
-K_START = re.compile(r"idx_k = (.*) \+ tl\.arange\(0, BLOCK_K\)")
-
-
-def tma_variant(source: str) -> str | None:
-    """The generated module with its B operand's tile loads (row index idx_k, column idx_n, unmasked) read
-    through a device-side tensor descriptor; None when the source has no such load."""
-    load, start = B_LOAD.search(source), K_START.search(source)
-    if load is None or start is None:
-        return None
-    value, ptr, stride = load.groups()
-    desc = (f"desc_b = tl.make_tensor_descriptor({ptr}_ptr, shape=[K, N], strides=[{stride}, 1], "
-            f"block_shape=[BLOCK_K, BLOCK_N])")
-    loop = source.index("    for k_tile in range(")
-    source = source[:loop] + f"    {desc}\n" + source[loop:]
-    return B_LOAD.sub(f"{value} = desc_b.load([{start.group(1)}, pid_n * BLOCK_N])", source, count=1)
-
-
-def tma_probe(base: Plan, cfg: TileConfig, inputs: list, refs: list, rep_ms: int) -> dict[str, Any]:
-    compiled = with_config(base, cfg).compile()
-    source = tma_variant(compiled.source)
-    if source is None:
-        return {"config": cfg.short(), "error": "no B tile load to rewrite"}
-    try:
-        module = load_source(source)
-        outs = module.run(*inputs)
-        outs = module.run(*inputs, poison=True)
-        torch.cuda.synchronize()
-        err = max(rel_error(o, r) for o, r in zip(outs, refs, strict=True))
-        t = time_callable(lambda: module.run(*inputs), 5, rep_ms)
-        return {"config": cfg.short(), "rel_err": err, "ok": err <= TOLERANCE[outs[0].dtype], "median_us": t.median_us}
-    except Exception as e:
-        return {"config": cfg.short(), "error": failure_reason(e, 300)}
+def tma_probe(plan: Plan, cfg: TileConfig, inputs: list, refs: list, rep_ms: int) -> dict[str, Any]:
+    """The config again with codegen's `tma_loads`: operand tiles read through TMA tensor descriptors."""
+    v = validate(plan, plan.graph, inputs, refs=refs, tma_loads=True)
+    if not v.ok:
+        return {"config": cfg.short(), "error": "invalid: " + v.reason}
+    t = benchmark(plan, inputs, warmup_ms=5, rep_ms=rep_ms, tma_loads=True)
+    return {"config": cfg.short(), "rel_err": v.rel_err, "ok": True, "median_us": t.median_us if t.ok else None,
+            "error": t.reason}
 
 
 def cublas_us(g: fs.OpGraph, mm: str) -> float:
@@ -105,9 +77,6 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=int, default=20)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    import triton  # device-side tensor descriptors take their scratch from this allocator
-
-    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     ceilings = measure_ceilings()
     pool = CompilePool(args.workers)
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "ceilings": ceilings, "cases": []}
@@ -145,7 +114,8 @@ def main() -> None:
                 two_kernel.append({"config": r["config"], "serial_us": r["median_us"],
                                    "two_kernel_us": t.median_us if t.ok else None})
         by_name = {c.short(): c for c in cfgs}
-        tma = [tma_probe(base, by_name[r["config"]], inputs, refs, args.rep_ms) for r in ok[:8]]
+        tma = [tma_probe(with_config(base, by_name[r["config"]]), by_name[r["config"]], inputs, refs, args.rep_ms)
+               for r in ok[:8]]
         floor = max(least_bytes(g) / ceilings["bandwidth_bytes_per_s"], matmul_flops(g) / ceilings["peak_flops"]) * 1e6
         cb = cublas_us(g, mm)
         case = {"case": case_name({"workload": name, "shape": shape}), "floor_us": floor, "cublas_bare_us": cb,

@@ -47,6 +47,20 @@ def _semaphores(kernel, count, device):
     return _SEMAPHORES[key]
 
 
+def _tma_allocator(device):
+    """Device-side TMA descriptors live in scratch memory that Triton asks an allocator for: ours (on the
+    inputs' device) unless the caller set one. Triton keeps the allocator per thread (a context variable)."""
+    from triton.runtime import _allocation
+
+    current = _allocation._allocator.get()
+    if current is _allocation._NULL_ALLOCATOR or getattr(current, "fusionsearch_device", device) != device:
+        def allocate(size, alignment, stream):
+            return torch.empty(size, dtype=torch.int8, device=device)
+
+        allocate.fusionsearch_device = device
+        triton.set_allocator(allocate)
+
+
 # Direct launches. Triton's `kernel[grid](...)` spends ~13 us of host time per launch (Triton 3.6) binding
 # and specialising its arguments, more than a small-M kernel takes on the GPU. The first call of `run` for
 # a given launch key goes through it and keeps the compiled kernels it returns; later calls with the same key
@@ -140,15 +154,16 @@ class PlanModule:
 
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                    upcast_pointwise: bool = True, serial_split_k: bool = True) -> PlanModule:
+                    upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
     which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone.
     A split-K matmul is one launch (`serial_split_k`: its tile's last split sums the partials and runs the
     epilogue); `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200
-    the one launch was as fast or faster on the GPU in every plan measured, and one launch less on the host
-    (benchmarks/results/h200-2026-12-03-launch-overhead/)."""
+    the one launch lowered do_bench time in 10 of 12 plans measured
+    (benchmarks/results/h200-2026-12-03-launch-overhead/). `tma_loads`: operand tiles of contiguous 2-D
+    tensors read through TMA tensor descriptors (Hopper and later); such inputs must be 16-byte aligned."""
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
@@ -178,7 +193,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             continue
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
-            step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k)
+            step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k,
+                                     tma_loads)
         else:
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)
@@ -211,6 +227,16 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             calls += _launch_lines(gk, args, len(kernels), record=False)
             kernels.append(gk)
         launches.append(calls)
+    tma_inputs = [j for j, n in enumerate(g.inputs) if any(a.tma and a.node == n for gk in kernels for a in gk.args)]
+    if any(a.tma for gk in kernels for a in gk.args):
+        checks = ["    _tma_allocator(device)"]
+        for j in tma_inputs:
+            b, (rows, cols) = buf[g.inputs[j]], g.node(g.inputs[j]).shape
+            row_stride = f" or {b}.stride(0) != {cols}" if rows > 1 else ""  # a single row's stride is never used
+            checks += [f"    if {b}.data_ptr() % 16 or {b}.stride(1) != 1{row_stride}:",
+                       f"        raise ValueError('this plan reads input {j} through a TMA descriptor: it must be "
+                       f"contiguous and 16-byte aligned')"]
+        head[4:4] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
     run = ["def run(*inputs, poison=False):", *head, *body, "    _remember(key, launched)", f"    return {outputs}"]
     steps = ["def steps(*inputs, poison=False):",

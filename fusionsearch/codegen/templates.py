@@ -12,7 +12,7 @@ import torch
 from fusionsearch.codegen.dtypes import Value, convert, tl_dtype
 from fusionsearch.codegen.emit import NameGen, Source
 from fusionsearch.codegen.kernel import GeneratedKernel
-from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator, _broadcast_index, _reshape_index
+from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator, TileLoads, _broadcast_index, _reshape_index
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import TemplateKernel, template_operands
@@ -136,12 +136,28 @@ def _epilogue(g: OpGraph, k: TemplateKernel, stored: set[str], src: Source, buff
         ev.store(n, out_idx, ev.value(n, out_idx))
 
 
+def _tile_loads(g: OpGraph, mm: str, side: str, t: _Tile, k_start: str) -> TileLoads | None:
+    """How side A or B of a 2-D matmul reads its operand tiles through a tensor descriptor (None: bmm)."""
+    op = g.node(mm).op
+    if op == "bmm":
+        return None
+    index = _operand_index(g, mm, side, t)
+    if len(index) != 2:  # a linear over a 3-D input: its rows are split over several dims
+        return None
+    if side == "A":
+        return TileLoads(index, ("BLOCK_M", "BLOCK_K"), ("pid_m * BLOCK_M", k_start))
+    if op == "linear":
+        return TileLoads(index, ("BLOCK_N", "BLOCK_K"), ("pid_n * BLOCK_N", k_start), transposed=True)
+    return TileLoads(index, ("BLOCK_K", "BLOCK_N"), (k_start, "pid_n * BLOCK_N"))
+
+
 def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
                       upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                      serial_split_k: bool = True) -> list[GeneratedKernel]:
+                      serial_split_k: bool = True, tma_loads: bool = False) -> list[GeneratedKernel]:
     """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
     or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
-    runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split)."""
+    runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split).
+    With `tma_loads`, operand tiles of contiguous 2-D tensors are read through TMA tensor descriptors."""
     cfg = k.config
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
@@ -167,7 +183,9 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     op_dtype = g.node(ops["A"]).dtype
     operand_vars = {}
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
-        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast_prologue, hoist=hoist, loop_tokens=("idx_k", "mask_k"))
+        tiles = _tile_loads(g, k.matmul, side, t, f"({k_tile}) * BLOCK_K") if tma_loads else None
+        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast_prologue, hoist=hoist, loop_tokens=("idx_k", "mask_k"),
+                           tiles=tiles)
         idx = _operand_index(g, k.matmul, side, t)
         v = ev.value(ops[side], idx)
         var = side.lower()

@@ -33,12 +33,37 @@ ZERO = Idx("0")
 
 @dataclass
 class BufferArg:
-    """A tensor argument of a generated kernel: its pointer and per-dim stride parameter names."""
+    """A tensor argument of a generated kernel: its pointer and per-dim stride parameter names; `tma` when the
+    kernel reads it through a tensor descriptor (which needs it 16-byte aligned, its last dim contiguous)."""
 
     node: str
     ptr: str
     strides: list[str]
     role: str  # "in" or "out"
+    tma: bool = False
+
+
+@dataclass(frozen=True)
+class TileLoads:
+    """Operand tiles read through a TMA tensor descriptor (Hopper's bulk copy engine) instead of pointer loads:
+    a 2-D tensor loaded at exactly `index` (the operand's tile: its rows and columns, one block each) gets a
+    descriptor of `block` made before the K loop and is read at `offsets`. The tensor must be contiguous in
+    its last dim with rows a multiple of 16 bytes (known from the graph) and 16-byte aligned (checked when
+    the plan runs); out-of-range rows and columns read as zero, as the masked loads' `other=0` did."""
+
+    index: tuple[Idx, ...]
+    block: tuple[str, str]
+    offsets: tuple[str, str]
+    transposed: bool = False  # the tensor is [cols, rows] of the tile (a linear's [N, K] weight): load, then .T
+
+    def takes(self, node: object, index: tuple[Idx, ...]) -> bool:
+        shape, strides, dtype = node.shape, node.strides, node.dtype  # type: ignore[attr-defined]
+        return (index == self.index and len(shape) == 2 and tuple(strides) == (shape[1], 1)
+                and shape[1] * dtype.itemsize % 16 == 0)
+
+    def descriptor(self, arg: BufferArg, shape: tuple[int, ...]) -> str:
+        return (f"tl.make_tensor_descriptor({arg.ptr}, shape=[{shape[0]}, {shape[1]}], strides=[{shape[1]}, 1], "
+                f"block_shape=[{', '.join(self.block)}])")
 
 
 class Buffers:
@@ -86,11 +111,13 @@ class TileEvaluator:
     """
 
     def __init__(self, g: OpGraph, computed: set[str], buffers: Buffers, body: Source, upcast: bool,
-                 hoist: Source | None = None, loop_tokens: tuple[str, ...] = ()) -> None:
+                 hoist: Source | None = None, loop_tokens: tuple[str, ...] = (),
+                 tiles: TileLoads | None = None) -> None:
         self.g, self.computed, self.buffers, self.upcast = g, computed, buffers, upcast
-        self.body, self.hoist = body, hoist
+        self.body, self.hoist, self.tiles = body, hoist, tiles
         self.memo: dict[tuple[str, tuple[str, ...]], Value] = {}
         self._variant = set(loop_tokens)
+        self._descriptors: dict[str, str] = {}
 
     def seed(self, node: str, index: tuple[Idx, ...], value: Value) -> None:
         self.memo[(node, tuple(c.expr for c in index))] = value
@@ -134,6 +161,14 @@ class TileEvaluator:
     def _load(self, n: str, index: tuple[Idx, ...]) -> Value:
         node = self.g.node(n)
         arg = self.buffers.get(n)
+        if self.tiles is not None and self.hoist is not None and self.tiles.takes(node, index):
+            if n not in self._descriptors:
+                self._descriptors[n] = self.hoist.names.fresh("desc")
+                self.hoist.line(f"{self._descriptors[n]} = {self.tiles.descriptor(arg, node.shape)}")
+            arg.tma = True
+            expr = f"{self._descriptors[n]}.load([{', '.join(self.tiles.offsets)}])" + (".T" if self.tiles.transposed
+                                                                                      else "")
+            return self._emit("ld", expr, node.dtype, node.dtype, True)
         mask = mask_of(index)
         args = f"{arg.ptr} + {offset(arg, index)}"
         expr = f"tl.load({args}, mask={mask}, other=0)" if mask else f"tl.load({args})"
