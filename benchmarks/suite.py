@@ -148,10 +148,22 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
     record: dict[str, Any] = {"search_s": time.time() - start, "trials": trials, "counts": res.counts(),
                               "cost_model": res.cost_model, "sampler": res.sampler, "search_best_us": res.best_us,
                               "plan": res.best.describe()}
-    run = res.best.compile().module.run
+    record.update(measure_plan(res.best, inputs, refs))
+    # The same plan with its operand tiles read through TMA descriptors (codegen's tma_loads, not yet a
+    # search choice): does it pay on this case?
+    record["tma_loads"] = attempt(measure_plan, res.best, inputs, refs, {"tma_loads": True})
+    return record
+
+
+def measure_plan(plan: Any, inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
+                 options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One plan compiled with codegen `options`: checked against eager (after a first call, so that the
+    checked call is a direct launch like the timed ones), then timed."""
+    run = plan.compile(**(options or {})).module.run
+    run(*inputs)
     outs = as_list(run(*inputs))
     torch.cuda.synchronize()
-    record.update(check_outputs(outs, refs))
+    record = check_outputs(outs, refs)
     del outs
     record.update(timing_record(time_callable(lambda: run(*inputs))))
     return record
@@ -246,8 +258,8 @@ def markdown(report: dict[str, Any]) -> str:
     if failures:
         lines += ["Failures:", "", *failures, ""]
     head = ["case", "floor", "cuBLAS bare", "eager", "torch.compile", "max-autotune", "fusionsearch",
-            "× eager", "× compile", "× max-autotune", "fusionsearch ÷ floor", "fusionsearch ÷ cuBLAS",
-            "peak MB eager / plan", "search s", "trials"]
+            "same plan, TMA loads", "× eager", "× compile", "× max-autotune", "fusionsearch ÷ floor",
+            "fusionsearch ÷ cuBLAS", "peak MB eager / plan", "search s", "trials"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in measured:
         fs_us = time_of(r, "fusionsearch")
@@ -255,7 +267,10 @@ def markdown(report: dict[str, Any]) -> str:
         peaks = [r["variants"].get(v, {}).get("peak_bytes") for v in ("eager", "fusionsearch")]
         peak_cell = " / ".join("—" if p is None else f"{p / 1e6:.1f}" for p in peaks)
         search_cell = f"{fs_rec['search_s']:.0f}" if "search_s" in fs_rec else ""
-        cells = [r["case"], f"{r['floor_us']:.1f}", *(time_cell(r, v) for v in LABELS),
+        tma = fs_rec.get("tma_loads", {})
+        tma_cell = (f"{tma['median_us']:.1f}" + (" ✗" if tma.get("ok") is False else "")) if "median_us" in tma else \
+            ("failed" if tma else "")
+        cells = [r["case"], f"{r['floor_us']:.1f}", *(time_cell(r, v) for v in LABELS), tma_cell,
                  *(ratio_cell(time_of(r, v), fs_us) for v in ("eager", "torch_compile", "max_autotune")),
                  ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, time_of(r, "cublas_bare")),
                  peak_cell, search_cell, trials_cell(fs_rec)]
