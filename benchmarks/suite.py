@@ -251,6 +251,12 @@ def markdown(report: dict[str, Any]) -> str:
              f"TB/s, flops / {c['peak_flops'] / 1e12:.0f} TFLOP/s), both measured in this run. Speedup = baseline "
              f"time / fusionsearch time. ✗: output outside the bf16 tolerance against eager. "
              f"Search: {report['trials']} trials.", ""]
+    if len(report.get("runs", [])) > 1:  # cases split over device calls: each row is its own run's
+        lines += ["Cases measured in " + str(len(report["runs"])) + " runs (one process each; every figure of a "
+                  "case, its floor included, from the run that measured it): " + "; ".join(
+                      f"cases {', '.join(map(str, run['cases']))} on {run['date']} "
+                      f"({run['ceilings']['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, "
+                      f"{run['ceilings']['peak_flops'] / 1e12:.0f} TFLOP/s)" for run in report["runs"]) + ".", ""]
     measured = [r for r in report["rows"] if "error" not in r]
     failures = [f"- {r['case']}: {r['error']}" for r in report["rows"] if "error" in r]
     failures += [f"- {r['case']}, {LABELS[v]}: {rec['error']}" for r in measured
@@ -331,6 +337,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cases", default="", help="comma-separated indices into REFERENCE_CASES (default: all)")
     ap.add_argument("--out", default="out", help="directory for suite.json, suite.md, suite.png")
     ap.add_argument("--skip-max-autotune", action="store_true", help="leave out max-autotune (slow to compile)")
+    ap.add_argument("--merge", nargs="+", metavar="SUITE_JSON",
+                    help="no GPU: combine the rows of several runs' suite.json (cases split over device calls) "
+                         "into one suite.json, suite.md and suite.png under --out")
     args = ap.parse_args(argv)
     try:
         args.indices = [int(s) for s in args.cases.split(",") if s.strip()] or list(range(len(REFERENCE_CASES)))
@@ -343,8 +352,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def merge(paths: Sequence[str]) -> dict[str, Any]:
+    """One report from several runs: every case's row as its run measured it (its floor from that run's own
+    ceilings), the first run's header, each run's date and ceilings listed under `runs`."""
+    reports = []
+    for path in paths:
+        with open(path) as f:
+            reports.append(json.load(f))
+    merged = {**reports[0], "rows": sorted((r for rep in reports for r in rep["rows"]), key=lambda r: r["index"]),
+              "runs": [{"path": p, "date": rep["date"], "ceilings": rep["ceilings"], "cases": [r["index"] for r in
+                                                                                             rep["rows"]]}
+                       for p, rep in zip(paths, reports, strict=True)]}
+    return merged
+
+
+def write_report(report: dict[str, Any], out: str) -> str:
+    """suite.md and suite.png beside suite.json; returns the markdown."""
+    table = markdown(report)
+    with open(os.path.join(out, "suite.md"), "w") as f:
+        f.write(table)
+    if not plot(report, os.path.join(out, "suite.png")):
+        print("matplotlib is not installed: no suite.png", file=sys.stderr)
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.merge:
+        os.makedirs(args.out, exist_ok=True)
+        report = merge(args.merge)
+        write_json(report, os.path.join(args.out, "suite.json"))
+        print(write_report(report, args.out), end="")
+        return
     if not torch.cuda.is_available():
         sys.exit("benchmarks/suite.py needs a CUDA GPU")
     import triton
@@ -373,12 +412,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"[{index}] {row['case']}: failed: {row['error']}", file=sys.stderr, flush=True)
         else:
             print(progress_line(row, time.time() - start), file=sys.stderr, flush=True)
-    table = markdown(report)
-    with open(os.path.join(args.out, "suite.md"), "w") as f:
-        f.write(table)
-    if not plot(report, os.path.join(args.out, "suite.png")):
-        print("matplotlib is not installed: no suite.png", file=sys.stderr)
-    print(table, end="")
+    print(write_report(report, args.out), end="")
 
 
 if __name__ == "__main__":
