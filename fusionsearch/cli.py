@@ -58,9 +58,14 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     if not args.trial_timeout > 0:
         raise SpecError(f"--trial-timeout must be a positive number of seconds, got {args.trial_timeout:g}")
+    workers: int | str = args.workers
+    if workers != "auto":
+        if not str(workers).isdigit() or int(workers) < 1:
+            raise SpecError(f"--workers takes a positive number or 'auto', got {workers!r}")
+        workers = int(workers)
     g = _load_target(args.target, args.shape, args.dtype)
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
-                         study_name=args.study, seed=args.seed, timeout=args.timeout,
+                         study_name=args.study, workers=workers, seed=args.seed, timeout=args.timeout,
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
                          cost_model=args.cost_model, refit_every=args.refit_every,
                          trial_timeout_s=args.trial_timeout)
@@ -258,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial-timeout", type=float, default=300.0,
                    help="on the GPU, seconds a plan may take to validate and time before its trial fails and its "
                         "measurement worker is replaced (default 300)")
+    p.add_argument("--workers", default="1",
+                   help="worker processes on one study: 'auto' starts one per visible GPU, each pinned to its GPU "
+                        "(default 1); with --storage, the study is shared through it, else through a temporary "
+                        "SQLite file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_search)
     p = sub.add_parser("explain", help="explain a saved plan (a search's --out directory or its plan.json)")

@@ -25,13 +25,14 @@ class TrialRecord:
     reason: str
     kernel_us: list[float] | None = None  # each kernel alone (µs), when the search refits its learned model
     refit: str = ""  # what this trial's measurement did to the learned model
+    worker: str = ""  # which worker process ran it, when several did (search/workers.py: 'gpu0', 'cpu1', 'main')
 
     @staticmethod
     def from_trial(t: Any) -> TrialRecord:
         ua = t.user_attrs
         return TrialRecord(t.number, t.state.name.lower(), ua.get("status", t.state.name.lower()), dict(t.params),
                            t.value, ua.get("predicted_us"), ua.get("measured_us"), ua.get("reason", ""),
-                           ua.get("kernel_us"), ua.get("refit", ""))
+                           ua.get("kernel_us"), ua.get("refit", ""), str(ua.get("worker", "")))
 
 
 @dataclass
@@ -52,6 +53,14 @@ class TuneResult:
     extra: dict[str, Any] = field(default_factory=dict)
     cost_model: str = "analytic"  # which model priced the trials: "analytic" or "learned (<GPU it was trained on>)"
     sampler: str = ""
+
+    def workers(self) -> dict[str, int]:
+        """Trials by the worker process that ran them (empty for a search of one process)."""
+        out: dict[str, int] = {}
+        for t in self.trials:
+            if t.worker:
+                out[t.worker] = out.get(t.worker, 0) + 1
+        return out
 
     def counts(self) -> dict[str, int]:
         """Trials by status: measured, pruned (cost model, bytes rule, illegal), invalid, failed."""
@@ -101,6 +110,9 @@ class TuneResult:
             lines.append(head)
         counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items()))
         lines.append(f"trials: {len(self.trials)} ({counts}); search took {self.elapsed_s:.1f} s")
+        workers = self.workers()
+        if len(workers) > 1:
+            lines.append("workers: " + ", ".join(f"{k} ran {v}" for k, v in sorted(workers.items())))
         if self.storage:  # already redacted: a password never reaches a report
             lines.append(f"study {self.study_name} on {self.storage}")
         return "\n".join(lines)

@@ -4,8 +4,12 @@ model; model: the cost model alone). Optuna stays inside this module."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -22,6 +26,8 @@ from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.space import Space, enumerate_space, seed_plans
+
+log = logging.getLogger("fusionsearch.search")
 
 BACKENDS = ("auto", "gpu", "interpret", "model")
 SAMPLERS = ("auto", "ranked", "tpe", "brute", "random")
@@ -50,6 +56,8 @@ class SearchOptions:
     refit_every: int = 4  # gpu backend with a learned model: correct it on this search's kernels every N plans
     isolate: bool = True  # gpu backend: measure in a worker process, so a faulting kernel fails only its trial
     trial_timeout_s: float = 300.0  # gpu backend, isolated: a plan not judged within this fails its trial
+    workers: int | str = 1  # worker processes on the study: 'auto' = one per visible GPU (search/workers.py)
+    worker_tag: str = ""  # set in each worker: recorded on the trials it runs (user attr 'worker')
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -63,6 +71,9 @@ class SearchOptions:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
+        if self.workers != "auto" and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
+                                       or self.workers < 1):
+            raise SpecError(f"workers must be a positive integer or 'auto', got {self.workers!r}")
         if isinstance(self.trial_timeout_s, bool) or not isinstance(self.trial_timeout_s, int | float) or not (
                 0 < self.trial_timeout_s < float("inf")):
             raise SpecError(f"trial_timeout_s must be a positive number of seconds, got {self.trial_timeout_s!r}")
@@ -234,6 +245,7 @@ class Objective:
         self.judge: Any = None  # the gpu backend's judge (measure.judge.InProcessJudge or isolate.MeasureWorker)
         self.best_measured_prediction = float("inf")
         self.best_value = float("inf")
+        self.tag = options.worker_tag  # recorded on every trial this process runs, among several workers
         self._checked: dict[str, tuple[bool, str]] = {}
         self._small = None
 
@@ -246,6 +258,8 @@ class Objective:
     def prepare(self, trial: optuna.Trial) -> Plan:
         """Suggest, build and screen a trial's plan before anything compiles; raises TrialPruned."""
         params = self.suggest(trial)
+        if self.tag:
+            trial.set_user_attr("worker", self.tag)
         try:
             plan = self.space.plan(params)
         except PlanError as e:
@@ -394,20 +408,47 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     if judge is not None and options.backend not in ("auto", "gpu"):
         raise SpecError(f"a judge measures plans: it needs backend 'gpu' (or 'auto'), not {options.backend!r}")
     backend = "gpu" if judge is not None else resolve_backend(options.backend)
-    hw = hw or Hardware.detect()
-    space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    storage = make_storage(options.storage, options.heartbeat_s) or optuna.storages.InMemoryStorage()
-    name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
-    objective = Objective(graph, space, options, backend, hw)
-    sampler = _sampler_name(options, objective)
-    first = [] if sampler == "ranked" else seed_plans(space)  # ranked: its first trial is the model's best
-    study = _open_study(name, storage, _sampler(sampler, options.seed, objective), options.trials, first)
+    from fusionsearch.search.workers import run_workers, worker_count
+
+    count = 1 if judge is not None else worker_count(options.workers, backend)
+    own_storage = None
+    if count > 1 and options.storage is None:  # the workers share a study: SQLite, whose heartbeat retries
+        own_storage = tempfile.mkdtemp(prefix="fusionsearch-study-")  # the trials of a worker that dies
+    url = f"sqlite:///{os.path.join(own_storage, 'study.db')}" if own_storage else options.storage
+    try:
+        hw = hw or Hardware.detect()
+        space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        storage = make_storage(url, options.heartbeat_s) or optuna.storages.InMemoryStorage()
+        name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{backend}"
+        objective = Objective(graph, space, options, backend, hw)
+        sampler = _sampler_name(options, objective)
+        first = [] if sampler == "ranked" else seed_plans(space)  # ranked: its first trial is the model's best
+        study = _open_study(name, storage, _sampler(sampler, options.seed, objective), options.trials, first)
+        start = time.time()
+        if count > 1:
+            shared = dataclasses.replace(options, storage=url, study_name=name, backend=backend)
+            exits = run_workers(graph.to_dict(), shared, inputs, count, backend, options.progress)
+            for e in exits:
+                if e.code != 0:
+                    log.warning("search worker %s exited with code %d: %s", e.tag, e.code, e.stderr_tail)
+            # Join the study here too: whatever a dead worker left waiting (or retried) is run now.
+            objective.tag = "main"
+        return _search(graph, options, inputs, judge, backend, hw, space, storage, name, objective, sampler, study,
+                       start, None if own_storage else options.storage)
+    finally:
+        if own_storage:
+            shutil.rmtree(own_storage, ignore_errors=True)
+
+
+def _search(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None, judge: Any,
+            backend: str, hw: Any, space: Space, storage: Any, name: str, objective: Objective, sampler: str,
+            study: optuna.Study, start: float, storage_url: str | None) -> TuneResult:
+    """Run the study's waiting trials in this process, then the result over all of the study's trials."""
     for t in study.trials:  # a resumed study: its measured trials set the pruning bar
         if t.state == optuna.trial.TrialState.COMPLETE and "predicted_us" in t.user_attrs:
             objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
-    start = time.time()
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
     bar = _progress(waiting, options.progress)
     pool = None
@@ -434,7 +475,7 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     priced_by = "analytic" if model is None else f"learned ({(model.hardware_ or {}).get('name', 'unknown GPU')})"
     return TuneResult(graph=graph, space=space, best=best[0], best_us=best[1], trials=records, backend=backend,
                       hardware=hw, study_name=name, elapsed_s=time.time() - start,
-                      storage=redact(options.storage) if options.storage else None, cost_model=priced_by,
+                      storage=redact(storage_url) if storage_url else None, cost_model=priced_by,
                       sampler=sampler)
 
 

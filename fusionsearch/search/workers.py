@@ -1,0 +1,149 @@
+"""One study, several worker processes: one per visible GPU (each pinned to its GPU through
+CUDA_VISIBLE_DEVICES) or N on the CPU backends.
+
+The caller (run_study) lays the study out on a shared storage first; the workers join it and claim its
+waiting trials, exactly as workers started by hand with --storage/--study do. While they run, one progress
+bar over all of them is drawn from the storage. A worker that dies leaves its claimed trial for the storage's
+heartbeat to fail and retry, and the caller then joins the study itself, so no trial is lost. Each trial
+records which worker ran it (user attr 'worker')."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import torch
+
+from fusionsearch.errors import SpecError
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """How one worker process ended: its tag ('gpu1', 'cpu0'), exit code, the last lines it wrote to stderr."""
+
+    tag: str
+    code: int
+    stderr_tail: str
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (indices or UUIDs), in order."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def worker_count(workers: int | str, backend: str) -> int:
+    """'auto': one per visible GPU on the gpu backend (one on the CPU backends); else the number given, at most
+    the GPUs there are on the gpu backend."""
+    if workers == "auto":
+        return max(1, len(visible_gpus())) if backend == "gpu" else 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SpecError(f"workers must be a positive integer or 'auto', got {workers!r}")
+    if backend == "gpu" and workers > len(visible_gpus()):
+        raise SpecError(f"workers={workers}: this machine shows {len(visible_gpus())} GPU(s); one worker a GPU "
+                        "(use 'auto')")
+    return workers
+
+
+def run_workers(graph_spec: dict[str, Any], options: Any, inputs: Sequence[torch.Tensor] | None, count: int,
+                backend: str, progress: bool) -> list[WorkerExit]:
+    """Start `count` workers on the study named in `options` (its storage laid out already), wait for them all,
+    and return how each ended. `options` are the caller's SearchOptions with the shared storage and study."""
+    gpus = visible_gpus() if backend == "gpu" else []
+    with tempfile.TemporaryDirectory(prefix="fusionsearch-workers-") as tmp:
+        inputs_path = None
+        if inputs is not None:
+            inputs_path = os.path.join(tmp, "inputs.pt")
+            torch.save([t.detach().cpu() for t in inputs], inputs_path)
+        procs = []
+        for i in range(count):
+            tag = f"gpu{gpus[i]}" if gpus else f"cpu{i}"
+            # Each worker's sampler draws from its own seed: the same seed would propose the same plans.
+            config = {"graph": graph_spec, "inputs": inputs_path, "options": {
+                **dataclasses.asdict(options), "workers": 1, "progress": False, "worker_tag": tag,
+                "seed": options.seed + 1 + i}}
+            path = os.path.join(tmp, f"worker{i}.json")
+            with open(path, "w") as f:
+                json.dump(config, f)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[i]
+            err = open(os.path.join(tmp, f"worker{i}.err"), "w+")  # noqa: SIM115 (closed after the wait)
+            procs.append((tag, err, subprocess.Popen([sys.executable, "-m", "fusionsearch.search.workers", path],
+                                                     env=env, stdin=subprocess.DEVNULL,
+                                                     stdout=subprocess.DEVNULL, stderr=err)))
+        _wait_with_progress([p for _, _, p in procs], options, progress)
+        exits = []
+        for tag, err, proc in procs:
+            err.seek(0)
+            tail = "\n".join(err.read().strip().splitlines()[-3:])
+            err.close()
+            exits.append(WorkerExit(tag, proc.returncode, tail))
+    return exits
+
+
+def _wait_with_progress(procs: list[subprocess.Popen[bytes]], options: Any, enabled: bool) -> None:
+    """Wait for every worker; meanwhile one bar of all the study's finished trials, read from the storage."""
+    bar = None
+    study = None
+    if enabled:
+        from tqdm import tqdm
+
+        from fusionsearch.search.study import make_storage
+
+        study = optuna.load_study(study_name=options.study_name, storage=make_storage(options.storage))
+        bar = tqdm(total=options.trials, file=sys.stderr, unit="trial", dynamic_ncols=True,
+                   desc=f"{len(procs)} workers")
+    done = set(optuna.trial.TrialState) - {optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING}
+    try:
+        while any(p.poll() is None for p in procs):
+            if bar is not None and study is not None:
+                _show(bar, study, done)
+            time.sleep(1.0)
+        if bar is not None and study is not None:
+            _show(bar, study, done)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _show(bar: Any, study: optuna.Study, done: set[optuna.trial.TrialState]) -> None:
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in done]
+    values = [t.value for t in finished if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+    by_worker: dict[str, int] = {}
+    for t in finished:
+        tag = str(t.user_attrs.get("worker", "?"))
+        by_worker[tag] = by_worker.get(tag, 0) + 1
+    if len(finished) == bar.n:
+        return
+    bar.n = min(len(finished), bar.total)
+    best = f"best {min(values):.1f} us  " if values else ""
+    bar.set_postfix_str(best + " ".join(f"{k} {v}" for k, v in sorted(by_worker.items())))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A worker: `python -m fusionsearch.search.workers CONFIG.json` joins the study and runs trials."""
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.study import SearchOptions, run_study
+
+    (path,) = argv if argv is not None else sys.argv[1:]
+    with open(path) as f:
+        config = json.load(f)
+    inputs = torch.load(config["inputs"], weights_only=True) if config["inputs"] else None
+    run_study(graph_from_dict(config["graph"]), SearchOptions(**config["options"]), inputs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""Several worker processes on one study (search/workers.py; `--workers`, the Python API's `workers=`): they
+run exactly the study's trials between them, each trial records its worker, and a worker killed mid-trial
+loses nothing (its trial is failed on its stale heartbeat and retried, the rest run by the others or by the
+process that started them). On the CPU the workers use the model and interpret backends; one per GPU is
+the same code with CUDA_VISIBLE_DEVICES set per worker."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch.errors import SpecError
+from fusionsearch.search.study import SearchOptions, make_storage, run_study
+from fusionsearch.search.workers import worker_count
+
+
+def _finished_once(res: fs.TuneResult, total: int) -> None:
+    numbers = sorted(t.number for t in res.trials)
+    assert numbers == list(range(len(numbers)))  # no trial lost or recorded twice
+    done = [t for t in res.trials if t.state in ("complete", "pruned")]
+    assert len(done) == total, [(t.number, t.state, t.reason) for t in res.trials if t not in done]
+
+
+def test_three_workers_run_exactly_the_trials_of_the_study() -> None:
+    g = fs.workload("swiglu", M=16, D=256, H=512, dtype=torch.float32)
+    res = run_study(g, SearchOptions(trials=24, backend="model", workers=3, cost_model="analytic"))
+    _finished_once(res, 24)
+    assert len(res.trials) == 24
+    tags = res.workers()
+    assert sum(tags.values()) == 24 and set(tags) <= {"cpu0", "cpu1", "cpu2", "main"}, tags
+    assert any(t.startswith("cpu") for t in tags)
+    best = min(t.value_us for t in res.trials if t.state == "complete" and t.value_us is not None)
+    assert res.best_us == best
+    # Each worker samples from its own seed: they do not propose the same plans to each other.
+    assert len({tuple(sorted(t.params.items())) for t in res.trials}) >= 22
+    assert "workers:" in res.explain() or len(tags) == 1
+
+
+def _worker_pids(config_name: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"fusionsearch.search.workers .*{config_name}"], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Worker cpu1 is SIGKILLed while it runs a trial: that trial fails on its stale heartbeat and is retried,
+    every slot still finishes, and the search reports how the worker ended."""
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=64, dtype=torch.float32)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    opts = SearchOptions(trials=16, backend="interpret", workers=2, storage=url, study_name="kill", heartbeat_s=1,
+                         cost_model="analytic")
+    killed: list[int] = []
+
+    def kill_cpu1_mid_trial() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not killed:
+            try:
+                study = optuna.load_study(study_name="kill", storage=make_storage(url, 1))
+                running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                           if t.user_attrs.get("worker") == "cpu1"]
+            except Exception:
+                running = []
+            if running:
+                for pid in _worker_pids("worker1.json"):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_cpu1_mid_trial)
+    watcher.start()
+    with caplog.at_level(logging.WARNING, logger="fusionsearch.search"):
+        res = run_study(g, opts)
+    watcher.join()
+    assert killed, "worker cpu1 never ran a trial to kill it in"
+    failed = [t for t in res.trials if t.state == "fail"]
+    assert len(failed) == 1 and failed[0].worker == "cpu1", [(t.number, t.state, t.worker) for t in res.trials]
+    _finished_once(res, 16)  # the failed trial's retry is a new slot: 16 finished, 17 trials in all
+    assert len(res.trials) == 17
+    assert "search worker cpu1 exited with code -9" in caplog.text
+
+
+def test_worker_counts() -> None:
+    assert worker_count("auto", "interpret") == 1
+    assert worker_count(3, "model") == 3
+    with pytest.raises(SpecError, match="positive integer or 'auto'"):
+        worker_count(0, "model")
+    if not torch.cuda.is_available():
+        with pytest.raises(SpecError, match="GPU"):
+            worker_count(2, "gpu")
+    with pytest.raises(SpecError, match="workers must be a positive integer or 'auto'"):
+        SearchOptions(workers="many")
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-2"])
+def test_the_cli_refuses_a_bad_worker_count(value: str) -> None:
+    p = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "--backend", "model", "--workers", value],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1].startswith("fusionsearch: error: --workers takes a positive number")
+
+
+def test_the_cli_runs_two_workers_and_reports_them_together(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "mm_bias_gelu", "--shape", "M=16,K=256,N=256",
+                        "--backend", "model", "--trials", "12", "--workers", "2", "--quiet", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "trials: 12 (" in p.stdout
+    assert (tmp_path / "out" / "plan.json").is_file()
