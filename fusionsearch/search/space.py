@@ -32,8 +32,12 @@ from fusionsearch.search.plan import (
 STANDALONE = "standalone"
 
 # Configs that won the H200 sweeps of benchmarks/plans_gpu.py (bf16): always candidates, and seeded.
+# Small M: the first three from the search's runs; the rest the best of benchmarks/tile_sweep_gpu.py on the
+# H200 (results/h200-2026-12-03-tile-sweep: mm_bias_gelu M16, gather_mm M64), kept in every space whatever
+# the grid's spread below keeps (two are outside that grid: 6 stages, 8 warps).
 KNOWN_GOOD_SMALL_M = (TileConfig(16, 64, 256, 8, 2, 4, 3), TileConfig(16, 128, 128, 8, 4, 4, 4),
-                      TileConfig(16, 64, 128, 8, 4, 4, 4))
+                      TileConfig(16, 64, 128, 8, 4, 4, 4), TileConfig(16, 64, 128, 8, 4, 4, 3),
+                      TileConfig(64, 64, 128, 8, 1, 4, 6), TileConfig(64, 64, 128, 8, 2, 8, 4))
 KNOWN_GOOD_LARGE_M = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(128, 128, 64, 8, 1, 4, 4),
                       TileConfig(64, 128, 64, 8, 1, 4, 4))
 
