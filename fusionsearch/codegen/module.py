@@ -47,6 +47,19 @@ def _semaphores(kernel, count, device):
     return _SEMAPHORES[key]
 
 
+_WORKSPACES = {}
+
+
+def _workspace(kernel, numel, device):
+    """A split-K kernel's fp32 partial tiles: allocated once per device and kept, as cuBLAS keeps its workspace
+    (each call overwrites every tile it reads, in stream order), so a call allocates only its outputs. Like the
+    arrival counters, this makes a plan's module not reentrant across concurrent streams."""
+    key = (kernel, device.type, device.index)
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = torch.empty(numel, dtype=torch.float32, device=device)
+    return _WORKSPACES[key]
+
+
 def _tma_allocator(device):
     """Device-side TMA descriptors live in scratch memory that Triton asks an allocator for: ours (on the
     inputs' device) unless the caller set one. Triton keeps the allocator per thread (a context variable)."""
@@ -210,8 +223,10 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
                 body.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, {dt}, device, poison)")
                 allocated.add(n)
         if step[0].workspace:
-            # Poisoned too: a split-K partial tile that is never written must not read as stale sums.
-            body.append(f"    ws{i} = _alloc(({step[0].workspace},), torch.float32, device, poison)")
+            # Poisoned (validation): a fresh workspace of NaN, so that a partial tile never written cannot read
+            # as the previous call's sums; otherwise the kept one.
+            body.append(f"    ws{i} = _alloc(({step[0].workspace},), torch.float32, device, True) if poison else "
+                        f"_workspace({step[0].name!r}, {step[0].workspace}, device)")
         calls: list[str] = []
         for gk in step:
             args = []

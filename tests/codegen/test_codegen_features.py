@@ -642,3 +642,34 @@ def test_serial_split_k_is_one_launch_and_sums_like_the_reduce_kernel(name: str,
         assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
     assert validate(plan, g, inputs, serial_split_k=True).ok
     assert all(int(c.abs().sum()) == 0 for c in one.module._SEMAPHORES.values())  # left at zero for the next call
+
+
+@pytest.mark.parametrize("serial", [True, False], ids=["serial", "two-kernel"])
+def test_the_split_k_workspace_is_kept_between_calls_and_fresh_when_poisoned(serial: bool) -> None:
+    """A call allocates only its outputs: the fp32 partial tiles live in one kept buffer per kernel and device
+    (as cuBLAS keeps its workspace); results stay right call after call. Validation's poisoned calls take a
+    fresh NaN-filled workspace instead, so a partial tile never written cannot read as an earlier call's."""
+    g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=7, K=128, N=48)
+    base = P.heuristic(g)
+    plan = Plan(g, [dataclasses.replace(k, config=dataclasses.replace(k.config, split_k=4, block_k=32))
+                    if isinstance(k, TemplateKernel) else k for k in base.kernels], base.recompute)
+    compiled = plan.compile(serial_split_k=serial)
+    mod = compiled.module
+    inputs = fs.random_inputs(g, seed=2)
+    exact = fs.reference(g, inputs, float64=True)[0]
+    kept = []
+    for _ in range(3):
+        out = compiled(*inputs)[0]
+        assert rel_error(out, exact) <= TOLERANCE[torch.float32]
+        assert len(mod._WORKSPACES) == 1
+        kept.append(next(iter(mod._WORKSPACES.values())).data_ptr())
+    assert len(set(kept)) == 1
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a poisoned call used the kept workspace")
+
+    mod._workspace, original = refuse, mod._workspace
+    try:
+        assert rel_error(compiled(*inputs, poison=True)[0], exact) <= TOLERANCE[torch.float32]
+    finally:
+        mod._workspace = original
