@@ -106,14 +106,14 @@ def main() -> None:
                     row["reason"] = failure_reason(e, 200)
             rows.append(row)
         ok = sorted((r for r in rows if r["median_us"]), key=lambda r: r["median_us"])
+        by_name = {c.short(): c for c in cfgs}
         two_kernel = []
         for r in ok[:5]:
-            cfg = cfgs[[c.short() for c in cfgs].index(r["config"])]
+            cfg = by_name[r["config"]]
             if cfg.split_k > 1:
                 t = benchmark(with_config(base, cfg), inputs, warmup_ms=5, rep_ms=args.rep_ms, serial_split_k=False)
                 two_kernel.append({"config": r["config"], "serial_us": r["median_us"],
                                    "two_kernel_us": t.median_us if t.ok else None})
-        by_name = {c.short(): c for c in cfgs}
         tma = [tma_probe(with_config(base, by_name[r["config"]]), by_name[r["config"]], inputs, refs, args.rep_ms)
                for r in ok[:8]]
         floor = max(least_bytes(g) / ceilings["bandwidth_bytes_per_s"], matmul_flops(g) / ceilings["peak_flops"]) * 1e6

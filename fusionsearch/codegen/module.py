@@ -242,16 +242,17 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             calls += _launch_lines(gk, args, len(kernels), record=False)
             kernels.append(gk)
         launches.append(calls)
-    tma_inputs = [j for j, n in enumerate(g.inputs) if any(a.tma and a.node == n for gk in kernels for a in gk.args)]
-    if any(a.tma for gk in kernels for a in gk.args):
+    read_by_tma = {a.node for gk in kernels for a in gk.args if a.tma}
+    if read_by_tma:
         checks = ["    _tma_allocator(device)"]
-        for j in tma_inputs:
+        for j in [j for j, n in enumerate(g.inputs) if n in read_by_tma]:
             b, (rows, cols) = buf[g.inputs[j]], g.node(g.inputs[j]).shape
             row_stride = f" or {b}.stride(0) != {cols}" if rows > 1 else ""  # a single row's stride is never used
             checks += [f"    if {b}.data_ptr() % 16 or {b}.stride(1) != 1{row_stride}:",
                        f"        raise ValueError('this plan reads input {j} through a TMA descriptor: it must be "
                        f"contiguous and 16-byte aligned')"]
-        head[4:4] = checks
+        device_line = next(i for i, line in enumerate(head) if line.startswith("    device = "))
+        head[device_line + 1:device_line + 1] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
     run = ["def run(*inputs, poison=False):", *head, *body, "    _remember(key, launched)", f"    return {outputs}"]
     steps = ["def steps(*inputs, poison=False):",

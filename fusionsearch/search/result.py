@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +57,7 @@ class TuneResult:
 
     def workers(self) -> dict[str, int]:
         """Trials by the worker process that ran them (empty for a search of one process)."""
-        out: dict[str, int] = {}
-        for t in self.trials:
-            if t.worker:
-                out[t.worker] = out.get(t.worker, 0) + 1
-        return out
+        return dict(Counter(t.worker for t in self.trials if t.worker))
 
     def counts(self) -> dict[str, int]:
         """Trials by status: measured, pruned (cost model, bytes rule, illegal), invalid, failed."""

@@ -26,6 +26,7 @@ from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.space import Space, enumerate_space, seed_plans
+from fusionsearch.search.workers import check_workers, run_workers, worker_count
 
 log = logging.getLogger("fusionsearch.search")
 
@@ -71,9 +72,7 @@ class SearchOptions:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
-        if self.workers != "auto" and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
-                                       or self.workers < 1):
-            raise SpecError(f"workers must be a positive integer or 'auto', got {self.workers!r}")
+        check_workers(self.workers)
         if isinstance(self.trial_timeout_s, bool) or not isinstance(self.trial_timeout_s, int | float) or not (
                 0 < self.trial_timeout_s < float("inf")):
             raise SpecError(f"trial_timeout_s must be a positive number of seconds, got {self.trial_timeout_s!r}")
@@ -408,8 +407,6 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     if judge is not None and options.backend not in ("auto", "gpu"):
         raise SpecError(f"a judge measures plans: it needs backend 'gpu' (or 'auto'), not {options.backend!r}")
     backend = "gpu" if judge is not None else resolve_backend(options.backend)
-    from fusionsearch.search.workers import run_workers, worker_count
-
     count = 1 if judge is not None else worker_count(options.workers, backend)
     own_storage = None
     if count > 1 and options.storage is None:  # the workers share a study: SQLite, whose heartbeat retries

@@ -42,13 +42,19 @@ def visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
+def check_workers(workers: object) -> None:
+    """Refuse a worker count that is neither a positive integer nor 'auto'."""
+    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise SpecError(f"workers must be a positive integer or 'auto', got {workers!r}")
+
+
 def worker_count(workers: int | str, backend: str) -> int:
     """'auto': one per visible GPU on the gpu backend (one on the CPU backends); else the number given, at most
     the GPUs there are on the gpu backend."""
+    check_workers(workers)
     if workers == "auto":
         return max(1, len(visible_gpus())) if backend == "gpu" else 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise SpecError(f"workers must be a positive integer or 'auto', got {workers!r}")
+    assert isinstance(workers, int)
     if backend == "gpu" and workers > len(visible_gpus()):
         raise SpecError(f"workers={workers}: this machine shows {len(visible_gpus())} GPU(s); one worker a GPU "
                         "(use 'auto')")
@@ -107,10 +113,10 @@ def _wait_with_progress(procs: list[subprocess.Popen[bytes]], options: Any, enab
     done = set(optuna.trial.TrialState) - {optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING}
     try:
         while any(p.poll() is None for p in procs):
-            if bar is not None and study is not None:
+            if study is not None:
                 _show(bar, study, done)
             time.sleep(1.0)
-        if bar is not None and study is not None:
+        if study is not None:
             _show(bar, study, done)
     finally:
         if bar is not None:
