@@ -73,21 +73,26 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, caplog: pytest.
     def kill_a_worker_mid_trial() -> None:
         deadline = time.time() + 120
         while time.time() < deadline and not killed:
-            try:
-                study = optuna.load_study(study_name="kill", storage=make_storage(url, 1))
-                running = [str(t.user_attrs.get("worker", "")) for t in
-                           study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
-            except Exception:
-                running = []
-            for tag in running:
-                if tag.startswith("cpu"):
-                    pids = _worker_pids(f"worker{tag.removeprefix('cpu')}.json")
+            for tag in [t for t in running_workers() if t.startswith("cpu")][:1]:
+                pids = _worker_pids(f"worker{tag.removeprefix('cpu')}.json")
+                for pid in pids:  # frozen first: if its trial is still running now, it dies inside it
+                    os.kill(pid, signal.SIGSTOP)
+                if pids and tag in running_workers():
                     for pid in pids:
                         os.kill(pid, signal.SIGKILL)
-                    if pids:
-                        killed.append(tag)
-                    break
+                    killed.append(tag)
+                else:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGCONT)
             time.sleep(0.05)
+
+    def running_workers() -> list[str]:
+        try:
+            study = optuna.load_study(study_name="kill", storage=make_storage(url, 1))
+            return [str(t.user_attrs.get("worker", "")) for t in
+                    study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
+        except Exception:
+            return []
 
     watcher = threading.Thread(target=kill_a_worker_mid_trial)
     watcher.start()
