@@ -49,4 +49,4 @@ def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
             plans[key] = Plan.from_dict(r["plan"], graphs[r["graph_id"]])
             assert plan_id(plans[key]) == r["plan_id"]
         assert Hardware.from_dict(r["hardware"]["profile"]).name == r["hardware"]["device"] == "NVIDIA H200"
-    assert len(graphs) >= 180 and len(plans) >= 1800
+    assert len(graphs) >= 100 and len(plans) >= 1000

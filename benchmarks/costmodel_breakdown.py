@@ -1,0 +1,110 @@
+"""Where the learned cost model's held-out ranking errors come from (CPU; reads a dataset, no GPU).
+
+Prints, from one grouped cross-validation of the default model (the figures `fusionsearch costmodel train`
+reports, same folds):
+  - the ranking figures split by the graphs' matmul operand width (16-bit: tensor cores; 32-bit: Triton's
+    IEEE fp32 dot, which runs on the FMA units), learned beside analytic;
+  - the kernels' held-out log error by kind and operand width, and measured / roofline time;
+  - with --retest OLDER_DATASET: a test-retest bound, the older collection's times of the same plans used as
+    the "prediction" of this one's (plans without split-K only, whose generated code did not change between
+    the two), so that measurement noise and model error can be told apart.
+
+    python benchmarks/costmodel_breakdown.py fusionsearch/datasets/data/h200-measurements.jsonl.gz \\
+        [--retest OLDER.jsonl.gz]"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_NAMES
+from fusionsearch.costmodel.train import METRICS, _figures, _graph_figures, _load, _oof_predictions
+
+
+def column(X: np.ndarray, name: str) -> np.ndarray:
+    return X[:, FEATURE_NAMES.index(name)]
+
+
+def graph_operand_bits(X: np.ndarray, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Each graph's widest matmul operand (bits) over its template kernels; graphs without one are left out."""
+    bits: dict[str, int] = {}
+    for x, r in zip(column(X, "a_bits"), rows, strict=True):
+        if r["kernel_kind"] == "template":
+            bits[r["graph_id"]] = max(bits.get(r["graph_id"], 0), int(x))
+    return bits
+
+
+def mean_figures(per_graph: list[dict[str, Any]], prefix: str = "") -> str:
+    return "  ".join(f"{m} {np.nanmean([g[prefix + m] for g in per_graph]):.3f}" for m in METRICS)
+
+
+def by_operand_bits(X: np.ndarray, rows: list[dict[str, Any]], figures: dict[str, Any]) -> None:
+    bits = graph_operand_bits(X, rows)
+    for b in sorted(set(bits.values())):
+        graphs = [g for g in figures["per_graph"] if bits.get(g["graph_id"]) == b]
+        print(f"{b}-bit operands, {len(graphs)} graphs\n  learned   {mean_figures(graphs)}\n"
+              f"  analytic  {mean_figures(graphs, 'analytic_')}")
+
+
+def kernel_errors(X: np.ndarray, y: np.ndarray, rows: list[dict[str, Any]], pred: np.ndarray) -> None:
+    err = np.abs(np.log(pred / y))
+    over_roofline = np.log(y / np.maximum(column(X, ANALYTIC_FEATURE), 1e-3))
+    kinds = np.array([r["kernel_kind"] for r in rows])
+    a_bits = column(X, "a_bits")
+    print("kernels: |log(predicted / measured)| median, p90; log(measured / roofline) median")
+    for kind in sorted(set(kinds.tolist())):
+        widths = sorted(set(a_bits[kinds == kind].tolist())) if kind == "template" else [None]
+        for b in widths:
+            m = (kinds == kind) & ((a_bits == b) if b is not None else True)
+            label = f"{kind} {int(b)}-bit" if b is not None else kind
+            print(f"  {label:<18} {m.sum():>5} rows  {np.median(err[m]):.3f}  {np.percentile(err[m], 90):.3f}  "
+                  f"{np.median(over_roofline[m]):.2f}")
+
+
+def plan_times(path: str) -> tuple[dict[tuple[str, str], float], set[tuple[str, str]]]:
+    """(graph, plan) -> measured plan time (sum of its kernels) of fully measured plans, and the split-K plans."""
+    _, _, _, rows, _ = _load(path)
+    kernels: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    n_kernels, split = {}, set()
+    for r in rows:
+        key = (r["graph_id"], r["plan_id"])
+        kernels[key][int(r["kernel_index"])] = float(r["time_us"])
+        n_kernels[key] = len(r["plan"]["kernels"])
+        if any((k.get("config") or {}).get("split_k", 1) > 1 for k in r["plan"]["kernels"]):
+            split.add(key)
+    whole = {k: sum(v.values()) for k, v in kernels.items() if set(v) == set(range(n_kernels[k]))}
+    return whole, split
+
+
+def retest(path: str, older: str) -> None:
+    new, split = plan_times(path)
+    old, _ = plan_times(older)
+    per_graph: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key in set(new) & set(old) - split:
+        per_graph[key[0]].append((new[key], old[key]))
+    figures = [_graph_figures(np.array(t)[:, 0], np.array(t)[:, 1]) for t in per_graph.values() if len(t) >= 3]
+    print(f"test-retest over {len(figures)} graphs (>= 3 common plans without split-K), the older collection "
+          f"as the predictor:\n  {mean_figures(figures)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("--retest", help="an older dataset of the same graphs (e.g. from git history)")
+    args = ap.parse_args()
+    X, y, groups, rows, every = _load(args.data)
+    pred, _ = _oof_predictions(X, y, groups, 5, {})
+    figures = _figures(every, rows, pred, X)
+    print(f"all {figures['graphs']} graphs\n  learned   {mean_figures(figures['per_graph'])}\n"
+          f"  analytic  {mean_figures(figures['per_graph'], 'analytic_')}")
+    by_operand_bits(X, rows, figures)
+    kernel_errors(X, y, rows, pred)
+    if args.retest:
+        retest(args.data, args.retest)
+
+
+if __name__ == "__main__":
+    main()
