@@ -1,7 +1,8 @@
 """The benchmark suite (issue 6): every reference case on one GPU, in one process and one run, timed as
 eager PyTorch, torch.compile, torch.compile max-autotune (prologue and epilogue fusion on, as the anchors),
 the plan fusionsearch's search finds, and cuBLAS on the bare matmuls alone, beside the floor
-max(bytes / BW, flops / PEAK) with BW and PEAK measured at the start of the same run.
+max(bytes / BW, flops / PEAK) with BW and PEAK measured at the start of the same run, and a copy that moves
+the floor's bytes (what a plain stream of that size costs, launch and ramp included).
 
 Every time is time_callable's do_bench median (µs, warmup 25 ms, rep 100 ms, L2 flushed), as the anchors
 were measured. Every compiled output (torch.compile, max-autotune, the plan) is checked against eager's output
@@ -44,6 +45,11 @@ from fusionsearch.search.study import SearchOptions, run_study
 LABELS = {"cublas_bare": "cuBLAS bare", "eager": "eager", "torch_compile": "torch.compile",
           "max_autotune": "max-autotune", "fusionsearch": "fusionsearch"}
 MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
+# The searched plan again under code generator options (column label, options): operand tiles read through
+# TMA descriptors; persistent templates (one program per multiprocessor looping over tiles); both.
+CODEGEN_VARIANTS = {"tma_loads": ("same plan, TMA loads", {"tma_loads": True}),
+                    "persistent": ("same plan, persistent", {"persistent": True}),
+                    "persistent_tma": ("persistent + TMA", {"persistent": True, "tma_loads": True})}
 
 
 # ---- what the floor counts -------------------------------------------------------------------------
@@ -123,6 +129,17 @@ def measure_cublas(problems: Sequence[Problem]) -> dict[str, Any]:
     return record
 
 
+def measure_copy(nbytes: int) -> dict[str, Any]:
+    """A device-to-device copy that moves the case's floor bytes (half read, half written): the time any
+    kernel streaming that many bytes takes on this GPU, launch and ramp included, so a plan's distance from
+    the floor splits into what a plain stream of its size already costs and what the plan adds."""
+    src = torch.empty(max(1, nbytes // 4), dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    record = timing_record(time_callable(lambda: dst.copy_(src)))
+    record["bytes"] = 4 * src.numel()
+    return record
+
+
 def measure_compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
                      mode: str | None, config: dict[str, Any]) -> dict[str, Any]:
     """torch.compile(fn, mode) under the Inductor `config`, from a fresh dynamo state: compile time (s, the
@@ -149,9 +166,10 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
                               "cost_model": res.cost_model, "sampler": res.sampler, "search_best_us": res.best_us,
                               "plan": res.best.describe()}
     record.update(measure_plan(res.best, inputs, refs))
-    # The same plan with its operand tiles read through TMA descriptors (codegen's tma_loads, not yet a
-    # search choice): does it pay on this case?
-    record["tma_loads"] = attempt(measure_plan, res.best, inputs, refs, {"tma_loads": True})
+    # The same plan generated with the code generator's options that are not yet search choices: do they pay
+    # on this case?
+    for key, (_, options) in CODEGEN_VARIANTS.items():
+        record[key] = attempt(measure_plan, res.best, inputs, refs, options)
     return record
 
 
@@ -186,6 +204,7 @@ def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args:
         refs = [o.detach().clone() for o in as_list(fn(*inputs))]
     except Exception as e:
         row["reference_error"] = failure_reason(e)  # nothing can be checked; every variant is still timed
+    row["copy_same_bytes"] = attempt(measure_copy, nbytes)
     variants["cublas_bare"] = attempt(measure_cublas, matmul_problems(g))
     variants["eager"] = attempt(measure_eager, fn, inputs)
     if refs is not None:
@@ -217,6 +236,13 @@ def time_cell(row: dict[str, Any], variant: str) -> str:
     if "median_us" in rec:
         return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
     return "skipped" if "skipped" in rec else "failed"
+
+
+def option_cell(rec: dict[str, Any]) -> str:
+    """The searched plan under a codegen option: '94.7', '94.7 ✗', 'failed', or '' (not measured in that run)."""
+    if "median_us" in rec:
+        return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+    return "failed" if rec else ""
 
 
 def ratio_cell(num: float | None, den: float | None) -> str:
@@ -263,9 +289,10 @@ def markdown(report: dict[str, Any]) -> str:
                  for v, rec in r["variants"].items() if "error" in rec]
     if failures:
         lines += ["Failures:", "", *failures, ""]
-    head = ["case", "floor", "cuBLAS bare", "eager", "torch.compile", "max-autotune", "fusionsearch",
-            "same plan, TMA loads", "× eager", "× compile", "× max-autotune", "fusionsearch ÷ floor",
-            "fusionsearch ÷ cuBLAS", "peak MB eager / plan", "search s", "trials"]
+    head = ["case", "floor", "copy of the floor's bytes", "cuBLAS bare", "eager", "torch.compile", "max-autotune",
+            "fusionsearch", *(label for label, _ in CODEGEN_VARIANTS.values()), "× eager", "× compile",
+            "× max-autotune", "fusionsearch ÷ floor", "fusionsearch ÷ copy", "fusionsearch ÷ cuBLAS",
+            "peak MB eager / plan", "search s", "trials"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in measured:
         fs_us = time_of(r, "fusionsearch")
@@ -273,12 +300,13 @@ def markdown(report: dict[str, Any]) -> str:
         peaks = [r["variants"].get(v, {}).get("peak_bytes") for v in ("eager", "fusionsearch")]
         peak_cell = " / ".join("—" if p is None else f"{p / 1e6:.1f}" for p in peaks)
         search_cell = f"{fs_rec['search_s']:.0f}" if "search_s" in fs_rec else ""
-        tma = fs_rec.get("tma_loads", {})
-        tma_cell = (f"{tma['median_us']:.1f}" + (" ✗" if tma.get("ok") is False else "")) if "median_us" in tma else \
-            ("failed" if tma else "")
-        cells = [r["case"], f"{r['floor_us']:.1f}", *(time_cell(r, v) for v in LABELS), tma_cell,
+        option_cells = [option_cell(fs_rec.get(key, {})) for key in CODEGEN_VARIANTS]
+        copy_us = r.get("copy_same_bytes", {}).get("median_us")  # rows of runs before the probe have none
+        cells = [r["case"], f"{r['floor_us']:.1f}", "" if copy_us is None else f"{copy_us:.1f}",
+                 *(time_cell(r, v) for v in LABELS), *option_cells,
                  *(ratio_cell(time_of(r, v), fs_us) for v in ("eager", "torch_compile", "max_autotune")),
-                 ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, time_of(r, "cublas_bare")),
+                 ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, copy_us),
+                 ratio_cell(fs_us, time_of(r, "cublas_bare")),
                  peak_cell, search_cell, trials_cell(fs_rec)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", speedup_line(measured)]) + "\n"

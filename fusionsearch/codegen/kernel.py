@@ -18,7 +18,7 @@ class GeneratedKernel:
     name: str
     source: str
     args: list[BufferArg]
-    grid: tuple[int, int, int]
+    grid: tuple[int | str, int, int]  # a str: an expression of the generated module (a persistent grid)
     constexprs: dict[str, int] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 3

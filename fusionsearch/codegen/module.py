@@ -36,6 +36,19 @@ def _alloc(shape, dtype, device, poison):
     return torch.full(shape, torch.iinfo(dtype).max, dtype=dtype, device=device)
 
 
+_PROGRAMS = {}
+
+
+def _programs(tiles, device):
+    """Programs of a persistent template: at most one per multiprocessor, each looping over its share of the
+    tiles (on the CPU, Triton's interpreter, 3, so that programs take several tiles each)."""
+    key = (device.type, device.index)
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" \
+            else 3
+    return min(tiles, _PROGRAMS[key])
+
+
 _SEMAPHORES = {}
 
 
@@ -150,7 +163,8 @@ def _launch_lines(gk: GeneratedKernel, args: list[str], site: int, record: bool)
     straight to the compiled kernel's launcher, `fast[site]`, with the same arguments and the constexprs'
     values in parameter order (the launcher skips them)."""
     meta = [f"{c}={v}" for c, v in gk.constexprs.items()] + [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
-    call = f"{gk.name}[{gk.grid!r}]({', '.join(args + meta)})"
+    grid = f"({', '.join(map(str, gk.grid))})"  # a persistent template's program count is an expression
+    call = f"{gk.name}[{grid}]({', '.join(args + meta)})"
     direct = [*map(str, gk.grid), "stream", "_fn", "_md", "None", "None", "None", *args,
               *map(str, gk.constexprs.values())]
     return ["if fast is None:", f"    {f'launched.append({call})' if record else call}", "else:",
@@ -167,7 +181,8 @@ class PlanModule:
 
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                    upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False) -> PlanModule:
+                    upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False,
+                    persistent: bool = False) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
@@ -176,7 +191,9 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     epilogue); `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200
     the one launch lowered do_bench time in 10 of 12 plans measured
     (benchmarks/results/h200-2026-12-03-launch-overhead/). `tma_loads`: operand tiles of contiguous 2-D
-    tensors read through TMA tensor descriptors (Hopper and later); such inputs must be 16-byte aligned."""
+    tensors read through TMA tensor descriptors (Hopper and later); such inputs must be 16-byte aligned.
+    `persistent`: templates without split-K launch one program per multiprocessor, each looping over tiles
+    (so one tile's epilogue and stores can overlap the next tile's loads)."""
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
@@ -207,7 +224,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
             step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k,
-                                     tma_loads)
+                                     tma_loads, persistent)
         else:
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)

@@ -81,17 +81,25 @@ def _output_index(g: OpGraph, mm: str, t: _Tile) -> tuple[Idx, ...]:
     return (t.m_row, t.n_col)
 
 
-def _header(src: Source, title: str, p: Problem, split: int) -> None:
+def _header(src: Source, title: str, p: Problem, split: int, persistent: bool = False) -> Source:
+    """The tile's indices from the program id; returns the block the tile's code goes in: `src`, or with
+    `persistent` the body of a loop over tiles (program i takes tiles i, i + programs, ...; grouped order)."""
     src.line(f"# {title}")
     src.line(f"M = {p.m}")
     src.line(f"N = {p.n}")
     src.line(f"K = {p.k}")
-    src.line("pid = tl.program_id(0)")
     if split > 1:
         src.line("pid_k = tl.program_id(1)")
     src.line("pid_b = tl.program_id(2)")
     src.line("num_pid_m = tl.cdiv(M, BLOCK_M)")
     src.line("num_pid_n = tl.cdiv(N, BLOCK_N)")
+    if persistent:
+        # flatten: Triton pipelines the tile loop and the K loop as one, so a tile's epilogue overlaps the
+        # next tile's first loads.
+        src.line("for pid in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=True):")
+        src = src.child(1)
+    else:
+        src.line("pid = tl.program_id(0)")
     src.line("num_pid_in_group = GROUP_M * num_pid_n")
     src.line("group_id = pid // num_pid_in_group")
     src.line("first_pid_m = group_id * GROUP_M")
@@ -102,6 +110,7 @@ def _header(src: Source, title: str, p: Problem, split: int) -> None:
     src.line("idx_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
     src.line("mask_m = idx_m < M")
     src.line("mask_n = idx_n < N")
+    return src
 
 
 def _epilogue(g: OpGraph, k: TemplateKernel, stored: set[str], src: Source, buffers: Buffers, t: _Tile,
@@ -153,11 +162,13 @@ def _tile_loads(g: OpGraph, mm: str, side: str, t: _Tile, k_start: str) -> TileL
 
 def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
                       upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                      serial_split_k: bool = True, tma_loads: bool = False) -> list[GeneratedKernel]:
+                      serial_split_k: bool = True, tma_loads: bool = False,
+                      persistent: bool = False) -> list[GeneratedKernel]:
     """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
     or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
     runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split).
-    With `tma_loads`, operand tiles of contiguous 2-D tensors are read through TMA tensor descriptors."""
+    With `tma_loads`, operand tiles of contiguous 2-D tensors are read through TMA tensor descriptors. With
+    `persistent` (no split-K only), at most one program per multiprocessor, each looping over tiles."""
     cfg = k.config
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
@@ -168,10 +179,12 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     t = _Tile(p, cfg.block_m, cfg.block_n, even_k)
     names = NameGen()
     buffers = Buffers(g)
-    src = Source(1, names)
+    kernel_src = Source(1, names)
     mm_node = g.node(k.matmul)
-    _header(src, f"fusionsearch template kernel: {mm_node.op}, prologue A {len(k.prologue_a)} ops, "
-                 f"B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} ops, {cfg.short()}", p, split)
+    persistent = persistent and split == 1
+    src = _header(kernel_src, f"fusionsearch template kernel: {mm_node.op}, prologue A {len(k.prologue_a)} ops, "
+                              f"B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} ops, {cfg.short()}"
+                              + (", persistent" if persistent else ""), p, split, persistent)
     src.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     hoist = src.child()
     loop = src.child(1)
@@ -209,7 +222,10 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     kernels = []
     if split == 1:
         _epilogue(g, k, stored, src, buffers, t, "acc", upcast_epilogue)
-        kernels.append(_finish(name, src, buffers, (tiles, 1, p.batch), constexprs, cfg))
+        if persistent:
+            kernel_src.splice(src)
+        programs = f"_programs({tiles}, device)" if persistent else tiles
+        kernels.append(_finish(name, kernel_src, buffers, (programs, 1, p.batch), constexprs, cfg))
         return kernels
     ws_elems = split * p.batch * p.m * p.n
     src.line(f"ws_off = ((pid_k * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
