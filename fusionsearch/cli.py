@@ -78,11 +78,14 @@ def _cmd_search(args: argparse.Namespace) -> int:
     how = {"gpu": "measured on the GPU", "model": "ranked by the cost model alone",
            "interpret": "no GPU here: each candidate validated in Triton's CPU interpreter on a shrunk copy of "
                         "the graph, ranked by the cost model"}[backend]
-    print(f"searching {what} ({len(g)} nodes, {len(g.nodes_of_kind('template'))} matmuls), {opts.trials} trials, "
-          f"backend {backend}: {how}", flush=True)
+    from fusionsearch.search.workers import worker_count
+
+    workers = worker_count(opts.workers, backend)
+    in_parallel = f" in {workers} worker processes" if workers > 1 else ""
+    print(f"searching {what} ({len(g)} nodes, {len(g.nodes_of_kind('template'))} matmuls), {opts.trials} trials"
+          f"{in_parallel}, backend {backend}: {how}", flush=True)
     res = run_study(g, opts)
-    print(res.explain())
-    if args.out:
+    if args.out:  # written before anything is printed, so a closed stdout (`| head`) cannot lose it
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # --out a/b/new: make a/b
         tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=os.path.dirname(os.path.abspath(args.out)))
         try:
@@ -94,6 +97,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
             os.replace(tmp, args.out)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    print(res.explain())
+    if args.out:
         print(f"wrote {args.out}/ (plan.json, fusionsearch_plan.py, graph.json, report.md)")
     return 0
 
@@ -321,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fusionsearch: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
+        return 1
 
 
 if __name__ == "__main__":

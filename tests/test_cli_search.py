@@ -49,6 +49,18 @@ def test_search_prints_the_explanation(tmp_path: Path, capsys: pytest.CaptureFix
     assert "trials: 6 (" in out
 
 
+def test_a_closed_stdout_stops_quietly_and_keeps_what_was_written(tmp_path: Path) -> None:
+    """`fusionsearch search ... | head -1`: the reader goes away after the first line; the search still writes
+    --out, and ends without a traceback."""
+    p = subprocess.Popen([sys.executable, "-m", "fusionsearch", *SEARCH, "--out", str(tmp_path / "o")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().startswith("searching mm_bias_gelu")
+    p.stdout.close()
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert all((tmp_path / "o" / name).stat().st_size > 0 for name in OUTPUTS)
+
+
 def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFixture[str]) -> None:
     g = fs.load_graph(str(searched / "graph.json"))
     plan = Plan.from_json((searched / "plan.json").read_text(), g)

@@ -132,5 +132,7 @@ def test_the_cli_runs_two_workers_and_reports_them_together(tmp_path: Path) -> N
                         "--backend", "model", "--trials", "12", "--workers", "2", "--quiet", "--out",
                         str(tmp_path / "out")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("searching mm_bias_gelu (") and ", 12 trials in 2 worker processes, backend model" \
+        in p.stdout.splitlines()[0]
     assert "trials: 12 (" in p.stdout
     assert (tmp_path / "out" / "plan.json").is_file()
