@@ -1,0 +1,180 @@
+"""What a generated kernel uses on its GPU (registers, spilled bytes, shared memory), found by compiling it for
+that GPU on the CPU: Triton lowers it to PTX and its bundled `ptxas` assembles the cubin, no GPU needed.
+
+Why: the roofline and the tile config do not say when a config spills. fp32 matmuls (Triton's IEEE dot on the
+FMA units) run up to 70x over their roofline on the H200 exactly where ptxas puts the accumulator or operand
+fragments on the stack, and the learned cost model cannot see that from the plan alone
+(benchmarks/costmodel_breakdown.py --compiled). Results are cached on disk by kernel source and target, so a
+kernel is compiled for this purpose once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from fusionsearch.codegen.kernel import GeneratedKernel
+from fusionsearch.codegen.module import generate_module
+from fusionsearch.errors import CodegenError
+from fusionsearch.graph.opgraph import OpGraph
+
+__all__ = ["KernelResources", "kernel_resources", "plan_resources"]
+
+# Triton's pointer element types by torch dtype.
+_POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+            torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+            torch.bool: "i1"}
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """Per thread: registers and the stack frame (bytes; ptxas's spills and local arrays); per program:
+    shared memory (bytes)."""
+
+    registers: int
+    stack_bytes: int
+    shared_bytes: int
+
+
+def plan_resources(plan: Any, arch: int = 90, **options: Any) -> list[KernelResources | None]:
+    """KernelResources of each kernel of `plan` compiled for CUDA compute capability `arch` (90: H100/H200),
+    with codegen `options`; None for kernels that are not templates (pointwise and extern kernels)."""
+    if _interpreting():
+        return _in_subprocess(plan, arch, options)
+    generated = generate_module(plan, **options)
+    # One generated template kernel per template step (a two-kernel split-K's reduce kernel is not one).
+    templates = iter(gk for gk in generated.kernels if "# fusionsearch template kernel" in gk.source)
+    return [kernel_resources(plan.graph, next(templates), generated.source, arch) if k.kind == "template" else None
+            for k in plan.kernels]
+
+
+def _interpreting() -> bool:
+    """Under TRITON_INTERPRET, Triton's own library functions are interpreter functions its compiler cannot
+    lower: compiling for a GPU then happens in a child process without it."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _in_subprocess(plan: Any, arch: int, options: dict[str, Any]) -> list[KernelResources | None]:
+    request = json.dumps({"graph": plan.graph.to_dict(), "plan": plan.to_dict(), "arch": arch, "options": options})
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run([sys.executable, "-m", "fusionsearch.codegen.resources"], input=request, env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise CodegenError(lines[-1] if lines else f"compiling for sm_{arch} failed (exit {done.returncode})")
+    return [None if r is None else KernelResources(**r) for r in json.loads(done.stdout)]
+
+
+def _main() -> None:
+    """The child process of _in_subprocess: a plan in JSON on stdin, its resources in JSON on stdout."""
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.plan import Plan
+
+    request = json.load(sys.stdin)
+    g = graph_from_dict(request["graph"])
+    found = plan_resources(Plan.from_dict(request["plan"], g), request["arch"], **request["options"])
+    json.dump([None if r is None else asdict(r) for r in found], sys.stdout)
+
+
+def kernel_resources(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int = 90) -> KernelResources:
+    """Compile generated kernel `gk` (of the module `module_source`) for `arch`, as the GPU's JIT would
+    specialise it for contiguous, 16-byte aligned arguments; CodegenError when Triton or ptxas refuse it."""
+    import triton
+
+    from fusionsearch.codegen.runtime import cache_root, source_key
+
+    key = source_key(f"{triton.__version__}|sm{arch}|{gk.name}|{module_source}")
+    path = os.path.join(cache_root(), "resources", f"{key}.json")
+    try:
+        with open(path) as f:
+            return KernelResources(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        pass
+    resources = _compile(g, gk, module_source, arch)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(asdict(resources), f)
+    os.replace(tmp, path)
+    return resources
+
+
+def _compile(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int) -> KernelResources:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    from fusionsearch.codegen.runtime import load_source
+
+    fn = getattr(load_source(module_source), gk.name)
+    if not isinstance(fn, JITFunction):  # under TRITON_INTERPRET the module holds interpreter functions
+        fn = JITFunction(fn.fn)
+    signature, constants, strides = _signature(g, gk)
+    aligned = [i for i, name in enumerate(fn.arg_names)
+               if signature[name].startswith("*") or (name in strides and strides[name] % 16 == 0)]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    src = ASTSource(fn=fn, signature=signature, attrs=attrs,
+                    constexprs={(fn.arg_names.index(name),): v for name, v in constants.items()})
+    try:
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                                  options={"num_warps": gk.num_warps, "num_stages": gk.num_stages})
+    except Exception as e:  # Triton's own errors (out of shared memory, unsupported op) name the cause
+        raise CodegenError(f"compiling {gk.name} for sm_{arch} failed: {type(e).__name__}: {str(e)[:300]}") from None
+    registers, stack = _usage(compiled.asm["cubin"])
+    return KernelResources(registers, stack, int(compiled.metadata.shared))
+
+
+def _signature(g: OpGraph, gk: GeneratedKernel) -> tuple[dict[str, str], dict[str, int], dict[str, int]]:
+    """Triton parameter types as the JIT would specialise the launch on a GPU: each tensor pointer by its
+    dtype, a stride of 1 folded to a constant, other strides int32; returns (signature, constants, strides)."""
+    signature: dict[str, str] = {}
+    constants: dict[str, int] = {}
+    strides: dict[str, int] = {}
+    for a in gk.args:
+        node = g.node(a.node)
+        signature[a.ptr] = "*" + _POINTEE[node.dtype]
+        for name, value in zip(a.strides, node.strides, strict=True):
+            if value == 1:
+                signature[name], constants[name] = "constexpr", 1
+            else:
+                signature[name], strides[name] = "i32", value
+    if gk.workspace:
+        signature["ws_ptr"] = "*fp32"
+    if gk.semaphores:
+        signature["sem_ptr"] = "*i32"
+    for name, value in gk.constexprs.items():
+        signature[name], constants[name] = "constexpr", value
+    return signature, constants, strides
+
+
+def _usage(cubin: bytes) -> tuple[int, int]:
+    """(registers, stack bytes) per thread, from the cubin's resource usage as Triton's cuobjdump reports it."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout
+    finally:
+        os.unlink(f.name)
+    m = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    if m is None:
+        raise CodegenError(f"cuobjdump reported no resource usage: {out[:200]!r}")
+    return int(m[1]), int(m[2])
+
+
+if __name__ == "__main__":
+    try:
+        _main()
+    except CodegenError as e:
+        sys.exit(str(e))

@@ -1,0 +1,70 @@
+"""Compiling generated kernels for the H200 (sm_90) on the CPU (codegen/resources.py): Triton lowers them and
+its bundled ptxas assembles them, no GPU involved. The figures are checked against what does not come from
+the compiler: the pipeline's shared memory as the analytic model counts it, a config whose fp32 accumulator
+cannot fit in registers, a config too big for shared memory."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch.codegen import resources
+from fusionsearch.codegen.module import generate_module
+from fusionsearch.codegen.resources import KernelResources, kernel_resources, plan_resources
+from fusionsearch.costmodel.analytic import smem_bytes
+from fusionsearch.costmodel.hardware import H200
+from fusionsearch.search import plan as P
+from fusionsearch.search.plan import Plan, TemplateKernel
+
+
+def with_config(plan: Plan, **fields: int) -> Plan:
+    return Plan(plan.graph, [dataclasses.replace(k, config=dataclasses.replace(k.config, **fields))
+                             if isinstance(k, TemplateKernel) else k for k in plan.kernels], plan.recompute)
+
+
+def test_a_bf16_template_uses_the_pipeline_shared_memory_the_analytic_model_counts() -> None:
+    g = fs.workload("mm_bias_gelu", dtype=torch.bfloat16, M=512, K=1024, N=512)
+    plan = with_config(P.unfused(g), block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)
+    found = plan_resources(plan)
+    assert len(found) == len(plan.kernels) and found[1:] == [None] * (len(plan.kernels) - 1)  # pointwise: none
+    template = found[0]
+    assert template is not None
+    assert template.shared_bytes == smem_bytes(plan.kernels[0].config, 2) == 3 * (128 * 64 + 64 * 128) * 2
+    assert 32 < template.registers <= 255 and template.stack_bytes == 0
+
+
+def test_an_fp32_accumulator_too_big_for_registers_spills_and_a_small_one_does_not() -> None:
+    """fp32 operands run Triton's IEEE dot on the FMA units: a 256 x 128 tile on 4 warps holds 256 fp32
+    accumulator values per thread, more than the 255 registers a thread has."""
+    g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=512, K=256, N=512)
+    big = plan_resources(with_config(P.fully_fused(g), block_m=256, block_n=128, block_k=32, num_warps=4))[0]
+    small = plan_resources(with_config(P.fully_fused(g), block_m=64, block_n=64, block_k=32, num_warps=4))[0]
+    assert big is not None and small is not None
+    assert big.registers == 255 and big.stack_bytes > 0
+    assert small.stack_bytes == 0 and small.registers < 255
+
+
+def test_a_config_beyond_the_shared_memory_shows_it() -> None:
+    """Triton refuses such a kernel only when loading it on the GPU; its compiled figure already says so."""
+    g = fs.workload("mm_bias_gelu", dtype=torch.bfloat16, M=512, K=1024, N=512)
+    plan = with_config(P.fully_fused(g), block_m=256, block_n=256, block_k=128, num_stages=4)
+    found = plan_resources(plan)[0]
+    assert found is not None and found.shared_bytes == 4 * (256 * 128 + 128 * 256) * 2 > H200.shared_memory_bytes
+
+
+def test_a_kernel_is_compiled_once_then_read_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = fs.workload("mm_bias_gelu", dtype=torch.bfloat16, M=64, K=128, N=64)
+    generated = generate_module(P.fully_fused(g))
+    calls = []
+
+    def fake_compile(*args: object) -> KernelResources:
+        calls.append(args)
+        return KernelResources(registers=77, stack_bytes=8, shared_bytes=1024)
+
+    monkeypatch.setattr(resources, "_compile", fake_compile)
+    for _ in range(2):
+        assert kernel_resources(g, generated.kernels[0], generated.source, arch=42) == KernelResources(77, 8, 1024)
+    assert len(calls) == 1
