@@ -2,8 +2,8 @@
 that GPU on the CPU: Triton lowers it to PTX and its bundled `ptxas` assembles the cubin, no GPU needed.
 
 Why: the roofline and the tile config do not say when a config spills. fp32 matmuls (Triton's IEEE dot on the
-FMA units) run up to 70x over their roofline on the H200 exactly where ptxas puts the accumulator or operand
-fragments on the stack, and the learned cost model cannot see that from the plan alone
+FMA units) run up to 143x over their roofline on the H200, and every one over 40x is one where ptxas put the
+accumulator or operand fragments on the stack, and the learned cost model cannot see that from the plan alone
 (benchmarks/costmodel_breakdown.py --compiled). Results are cached on disk by kernel source and target, so a
 kernel is compiled for this purpose once."""
 
