@@ -156,7 +156,7 @@ def main() -> None:
     ap.add_argument("--retest", help="an older dataset of the same graphs (e.g. from git history)")
     args = ap.parse_args()
     X, y, groups, rows, every = _load(args.data)
-    pred, _ = _oof_predictions(X, y, groups, 5, {})
+    pred, _, _ = _oof_predictions(X, y, groups, 5, {})
     figures = _figures(every, rows, pred, X)
     print(f"all {figures['graphs']} graphs\n  learned   {mean_figures(figures['per_graph'])}\n"
           f"  analytic  {mean_figures(figures['per_graph'], 'analytic_')}")

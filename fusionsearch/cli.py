@@ -68,6 +68,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                          study_name=args.study, workers=workers, seed=args.seed, timeout=args.timeout,
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
                          cost_model=args.cost_model, refit_every=args.refit_every,
+                         compile_ranked=args.compile_ranked,
                          trial_timeout_s=args.trial_timeout)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
@@ -136,6 +137,14 @@ def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
     counts = collect(args.out, CollectOptions(graphs=args.graphs, plans_per_graph=args.plans_per_graph,
                                               seed=args.seed, progress=not args.quiet))
     print(f"appended to {args.out}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing new")
+    return 0
+
+
+def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
+    from fusionsearch.costmodel.collect import add_resources
+
+    counts = add_resources(args.data, args.out)
+    print(f"wrote {args.out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0
 
 
@@ -265,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-every", type=int, default=4,
                    help="on the GPU, correct the learned model on this search's measured kernels every N measured "
                         "plans (default 4; 0 never)")
+    p.add_argument("--compile-ranked", type=int, default=None,
+                   help="with a learned model, compile the N plans predicted fastest for the GPU (on the CPU) and "
+                        "rank them again with their registers, spills and shared memory (default: 2 x trials on "
+                        "the GPU, none elsewhere; 0 never)")
     p.add_argument("--trial-timeout", type=float, default=300.0,
                    help="on the GPU, seconds a plan may take to validate and time before its trial fails and its "
                         "measurement worker is replaced (default 300)")
@@ -298,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="dataset file (appended; a killed run resumes where it stopped)")
     p.add_argument("--quiet", action="store_true", help="no per-graph progress lines")
     p.set_defaults(func=_cmd_costmodel_collect)
+    p = cm_sub.add_parser("compile", help="add each template kernel's registers, spills and shared memory "
+                                         "(compiled for sm_90 on the CPU) to a dataset measured without them")
+    p.add_argument("data", help="measurements dataset")
+    p.add_argument("--out", required=True, help="new dataset file to write")
+    p.set_defaults(func=_cmd_costmodel_compile)
     p = cm_sub.add_parser("train", help="train a model on a measurements dataset; prints held-out figures")
     p.add_argument("data", help="measurements dataset (written by `costmodel collect`)")
     p.add_argument("--out", required=True, help="model file to write (.skops)")

@@ -25,7 +25,7 @@ from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 
-__all__ = ["KernelResources", "kernel_resources", "plan_resources"]
+__all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_resources"]
 
 # Triton's pointer element types by torch dtype.
 _POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
@@ -53,6 +53,37 @@ def plan_resources(plan: Any, arch: int = 90, **options: Any) -> list[KernelReso
     templates = iter(gk for gk in generated.kernels if "# fusionsearch template kernel" in gk.source)
     return [kernel_resources(plan.graph, next(templates), generated.source, arch) if k.kind == "template" else None
             for k in plan.kernels]
+
+
+def many_plan_resources(plans: list[Any], arch: int = 90, workers: int | None = None
+                        ) -> list[list[KernelResources | None] | None]:
+    """plan_resources of many plans, compiled in `workers` fresh processes (default: every core but one);
+    None for a plan that does not compile (Triton's error belongs to its trial, not to this)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if not plans:
+        return []
+    requests = [json.dumps({"graph": p.graph.to_dict(), "plan": p.to_dict(), "arch": arch, "options": {}})
+                for p in plans]
+    count = max(1, min(len(plans), workers or (os.cpu_count() or 2) - 1))
+    # spawn: the caller may hold a CUDA context, which a forked child must not inherit
+    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+        found = list(pool.map(_resources_of_request, requests))
+    return [None if f is None else [None if r is None else KernelResources(**r) for r in f] for f in found]
+
+
+def _resources_of_request(request: str) -> list[dict[str, int] | None] | None:
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.plan import Plan
+
+    r = json.loads(request)
+    g = graph_from_dict(r["graph"])
+    try:
+        found = plan_resources(Plan.from_dict(r["plan"], g), r["arch"], **r["options"])
+    except CodegenError:
+        return None
+    return [None if x is None else asdict(x) for x in found]
 
 
 def _interpreting() -> bool:

@@ -6,6 +6,7 @@ killed collection loses at most the graph in flight and `collect` resumes by ski
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import platform
 import random
@@ -54,6 +55,10 @@ class CollectOptions:
     dtypes: tuple[str, ...] | None = None  # None: the generator's bf16/fp16/fp32 mix
     plan_timeout_s: float = 300.0  # a plan not validated and timed within this is recorded timed_out
     judge: str = "fusionsearch.costmodel.collect:judge_for_dataset"  # what the measurement worker runs per plan
+    # Each template's registers, spills and shared memory (codegen/resources.py, compiled for sm_`arch` on the
+    # CPU) in its row and features; None: when measuring on a GPU (on the CPU it costs a child process a plan)
+    resources: bool | None = None
+    arch: int = 90
 
 
 def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
@@ -106,9 +111,11 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
             failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
             worker.set_graph(g.to_dict(), seed=gi, settings=settings)
             rows = []
+            compile_for_gpu = options.resources if options.resources is not None else options.device == "cuda"
             for plan, failure in zip(plans, failures, strict=True):
+                resources = _resources(plan, options.arch) if compile_for_gpu else [None] * len(plan.kernels)
                 rows += _measure_plan(g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION,
-                                      kernel_features)
+                                      kernel_features, resources)
             append_rows(out_path, rows)
             for r in rows:
                 counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -118,6 +125,53 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     finally:
         pool.close()
         worker.close()
+    return counts
+
+
+def _resources(plan: Any, arch: int) -> list[Any]:
+    """plan_resources, or None for each kernel when the plan does not compile for the GPU (its measurement
+    then says why)."""
+    from fusionsearch.codegen.resources import plan_resources
+    from fusionsearch.errors import CodegenError
+
+    try:
+        return plan_resources(plan, arch)
+    except CodegenError:
+        return [None] * len(plan.kernels)
+
+
+def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | None = None) -> dict[str, int]:
+    """Write `in_path`'s rows to `out_path` with each template row's compiled resources (`resources`) and its
+    features recomputed in this schema: for datasets measured before the collector recorded them. Plans are
+    compiled in parallel (`workers` processes, default every core but one); a plan that does not compile keeps
+    NaN. Returns counts of rows by what they got."""
+    import os
+
+    from fusionsearch.codegen.resources import many_plan_resources
+    from fusionsearch.costmodel.features import recompute_features
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.plan import Plan
+
+    if os.path.exists(out_path):
+        raise FusionSearchError(f"{out_path} exists; add_resources writes a new dataset file")
+    rows = read_rows(in_path)
+    plans = {(r["graph_id"], r["plan_id"]): r for r in rows if r.get("kernel_kind") == "template"}
+    keys = list(plans)
+    graphs = {gid: graph_from_dict(plans[(gid, pid)]["graph"]) for gid, pid in keys}
+    found = dict(zip(keys, many_plan_resources([Plan.from_dict(plans[k]["plan"], graphs[k[0]]) for k in keys], arch,
+                                               workers), strict=True))
+    counts = {"compiled": 0, "not compiled": 0, "other kernels": 0}
+    for r in rows:
+        per_kernel = found.get((r["graph_id"], r["plan_id"]))
+        res = per_kernel[r["kernel_index"]] if per_kernel is not None else None
+        r["resources"] = None if res is None else dataclasses.asdict(res)
+        r["schema_version"] = None  # re-featured below, with the resources
+        counts["compiled" if res is not None else "other kernels" if r.get("kernel_kind") != "template" else
+               "not compiled"] += 1
+    featured, dropped = recompute_features(rows)
+    if dropped:
+        raise FusionSearchError(f"{in_path}: {dropped} rows could not be re-featured (no graph, plan or profile)")
+    append_rows(out_path, featured)
     return counts
 
 
@@ -167,8 +221,8 @@ def _status(failure: str, judgement: Any) -> tuple[str, str]:
 
 
 def _measure_plan(g: Any, gid: str, plan: Any, failure: str, worker: Any, hw: Any, sig: dict[str, Any], schema: int,
-                  kernel_features: Any) -> list[dict[str, Any]]:
-    """One row per kernel of the plan: status, measured µs (ok rows), features."""
+                  kernel_features: Any, resources: list[Any]) -> list[dict[str, Any]]:
+    """One row per kernel of the plan: status, measured µs (ok rows), compiled resources, features."""
     pid = plan_id(plan)
     # The graph spec and the plan travel with the measurement, so a later feature schema recomputes the
     # features of these rows instead of discarding what was measured.
@@ -184,6 +238,9 @@ def _measure_plan(g: Any, gid: str, plan: Any, failure: str, worker: Any, hw: An
         [float("nan")] * len(plan.kernels)
     rows = []
     for i in range(len(plan.kernels)):
+        res = resources[i]
         rows.append({**base, "kernel_index": i, "kernel_kind": plan.kernels[i].kind, "status": status,
-                     "reason": reason, "time_us": times[i], "features": kernel_features(plan, i, hw)})
+                     "reason": reason, "time_us": times[i],
+                     "resources": None if res is None else dataclasses.asdict(res),
+                     "features": kernel_features(plan, i, hw, resources=res)})
     return rows

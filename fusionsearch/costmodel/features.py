@@ -16,6 +16,7 @@ import torch
 
 from fusionsearch.codegen.dtypes import LOW_PRECISION, compute_dtype
 from fusionsearch.codegen.module import generate_module
+from fusionsearch.codegen.resources import KernelResources
 from fusionsearch.codegen.templates import problem
 from fusionsearch.costmodel.analytic import Estimate, KernelEstimate, ctas_per_sm, pointwise_work, smem_bytes
 from fusionsearch.costmodel.analytic import estimate as analytic_estimate
@@ -26,16 +27,18 @@ from fusionsearch.graph.registry import get_op
 from fusionsearch.graph.spec import graph_from_dict
 from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel, template_operands
 
-__all__ = ["ANALYTIC_FEATURE", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "kernel_features", "plan_features",
-           "recompute_features", "to_matrix"]
+__all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
+           "kernel_features", "plan_features", "recompute_features", "to_matrix"]
 
-FEATURE_SCHEMA_VERSION = 2
+FEATURE_SCHEMA_VERSION = 3
 
 # The analytic model's kernel time (µs): the baseline the learned model corrects and is compared against.
 ANALYTIC_FEATURE = "roofline_us"
 
 _REGIONS = ("pro_a", "pro_b", "epi", "body")  # prologue A, prologue B, epilogue (templates); body (pointwise)
 _OP_CLASSES = ("pointwise", "layout", "indexing", "fp32")  # fp32: pointwise ops that call libdevice
+
+COMPILED_FEATURES = ("registers", "stack_bytes", "shared_kib_compiled")
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the analytic model's figures for the kernel (bytes, flop, µs, counts)
@@ -61,6 +64,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     # ops per thread per K step, the narrowest value a prologue loads (bits), operand layouts (1 = contiguous)
     "pro_a_work", "pro_b_work", "epi_work", "pro_a_per_thread", "pro_b_per_thread",
     "pro_a_source_bits", "pro_b_source_bits", "a_k_contiguous", "b_k_contiguous", "b_n_contiguous",
+    # the template compiled for its GPU (v3; codegen/resources.py): registers and stack (spill) bytes per thread,
+    # shared memory (KiB). NaN where the kernel was not compiled for this (a search pricing a whole space);
+    # zero for pointwise and extern kernels
+    *COMPILED_FEATURES,
 )
 
 # Which regions compute low-precision arithmetic in fp32: the code generator's defaults, read from it so
@@ -121,10 +128,12 @@ def _regions(k: TemplateKernel | PointwiseKernel | ExternKernel) -> dict[str, tu
     return {"pro_a": (), "pro_b": (), "epi": (), "body": ()}
 
 
-def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | None = None) -> dict[str, float]:
+def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | None = None,
+                    resources: KernelResources | None = None) -> dict[str, float]:
     """The FEATURE_NAMES of kernel `index` of `plan` on `hw` (bytes, flop, µs, counts, bits, log2 sizes).
 
-    Pass the plan's `estimate` (from `costmodel.estimate(plan, hw)`) to avoid pricing the plan again.
+    Pass the plan's `estimate` (from `costmodel.estimate(plan, hw)`) to avoid pricing the plan again, and the
+    template's `resources` (codegen.resources.plan_resources) when it has been compiled for the GPU.
 
     >>> import fusionsearch as fs
     >>> from fusionsearch.search import plan as P
@@ -171,9 +180,18 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
                   * math.ceil(p.k / cfg.block_k) * cfg.block_k)
         f["pad_efficiency"] = p.m * p.n * p.k / padded
         f.update(_occupancy(g, k, hw))
+        f.update(compiled_features(resources))
     else:
         f["log2_numel"] = _log2(max(g.node(n).numel for n in outs))
     return f
+
+
+def compiled_features(resources: KernelResources | None) -> dict[str, float]:
+    """The COMPILED_FEATURES of a template: its resources, or NaN for each when it was not compiled."""
+    if resources is None:
+        return dict.fromkeys(COMPILED_FEATURES, math.nan)
+    return {"registers": float(resources.registers), "stack_bytes": float(resources.stack_bytes),
+            "shared_kib_compiled": resources.shared_bytes / 1024}
 
 
 def _occupancy(g: OpGraph, k: TemplateKernel, hw: Hardware) -> dict[str, float]:
@@ -226,19 +244,31 @@ def _analytic(ke: KernelEstimate, hw: Hardware) -> dict[str, float]:
             "tiles": float(ke.tiles), "tiles_per_sm": ke.tiles / hw.multiprocessors}
 
 
-def plan_features(plan: Plan, hw: Hardware) -> list[dict[str, float]]:
-    """kernel_features of every kernel of `plan`, in plan order (the plan is priced once)."""
+def plan_features(plan: Plan, hw: Hardware, resources: Sequence[KernelResources | None] | None = None
+                  ) -> list[dict[str, float]]:
+    """kernel_features of every kernel of `plan`, in plan order (the plan is priced once); `resources` per
+    kernel when the plan was compiled for the GPU (codegen.resources.plan_resources)."""
     est = analytic_estimate(plan, hw)
-    return [kernel_features(plan, i, hw, est) for i in range(len(plan.kernels))]
+    per_kernel = list(resources) if resources is not None else [None] * len(plan.kernels)
+    return [kernel_features(plan, i, hw, est, per_kernel[i]) for i in range(len(plan.kernels))]
 
 
 def recompute_features(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Measured rows in this feature schema: rows of it as they are, older rows re-featured from the graph spec,
-    plan and hardware profile they carry (so a schema change never discards measurements). Returns the rows
-    and how many could not be re-featured (no graph, plan or profile, or ones this fusionsearch cannot read)."""
+    plan and hardware profile they carry (so a schema change never discards measurements), with the compiled
+    resources their plan's rows carry (`resources`, else NaN). Returns the rows and how many could not be
+    re-featured (no graph, plan or profile, or ones this fusionsearch cannot read)."""
     out: list[dict[str, Any]] = []
     graphs: dict[str, OpGraph | None] = {}
     plans: dict[tuple[str, str], list[dict[str, float]] | None] = {}
+    compiled: dict[tuple[str, str], dict[int, KernelResources]] = {}
+    for r in rows:
+        if isinstance(r.get("resources"), dict) and isinstance(r.get("kernel_index"), int):
+            try:
+                found = KernelResources(**r["resources"])
+            except TypeError:
+                continue
+            compiled.setdefault((str(r.get("graph_id")), str(r.get("plan_id"))), {})[r["kernel_index"]] = found
     dropped = 0
     for r in rows:
         if r.get("schema_version") == FEATURE_SCHEMA_VERSION:
@@ -246,7 +276,7 @@ def recompute_features(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str
             continue
         key = (str(r.get("graph_id")), str(r.get("plan_id")))
         if key not in plans:
-            plans[key] = _features_of_row(r, graphs)
+            plans[key] = _features_of_row(r, graphs, compiled.get(key, {}))
         per_kernel, i = plans[key], r.get("kernel_index")
         if per_kernel is None or not isinstance(i, int) or not 0 <= i < len(per_kernel):
             dropped += 1
@@ -255,8 +285,10 @@ def recompute_features(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str
     return out, dropped
 
 
-def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None]) -> list[dict[str, float]] | None:
-    """plan_features of the plan a row carries, on the profile it was measured with; None when unreadable."""
+def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None],
+                     compiled: Mapping[int, KernelResources]) -> list[dict[str, float]] | None:
+    """plan_features of the plan a row carries, on the profile it was measured with, with the resources of
+    its compiled kernels (by kernel index); None when unreadable."""
     hardware = row.get("hardware")
     if not (isinstance(row.get("graph"), dict) and isinstance(row.get("plan"), dict) and isinstance(hardware, dict)):
         return None
@@ -266,7 +298,10 @@ def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None]) 
         if gid not in graphs:
             graphs[gid] = graph_from_dict(row["graph"], f"graph {gid}")
         g = graphs[gid]
-        return plan_features(Plan.from_dict(row["plan"], g), hw) if g is not None else None
+        if g is None:
+            return None
+        plan = Plan.from_dict(row["plan"], g)
+        return plan_features(plan, hw, [compiled.get(i) for i in range(len(plan.kernels))])
     except (FusionSearchError, ValueError):
         graphs.setdefault(gid, None)
         return None

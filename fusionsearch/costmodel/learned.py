@@ -4,7 +4,9 @@ It predicts log(time_us) as log(analytic roofline time) plus a gradient-boosted 
 analytic model's scaling across problem sizes and learns what the roofline misses (tile shapes, split-K,
 upcasts). The correction is the mean of a few models, each fitted on a random share of the training graphs
 (bagging): a search ranks plans that differ by a few percent, and one model's quirks decide those ties
-(held out, bagging ranked as well as one model; on the reference cases it lowered the regret).
+(held out, bagging ranked as well as one model; on the reference cases it lowered the regret). Each bag is
+fitted twice when the data has templates' compile-time figures (registers, spills, shared memory; feature
+schema v3): once blind to them, for plans not compiled yet, once reading them, for templates that carry them.
 
 Model files are skops archives: loading one never runs code from the file, and any type outside the short
 list a cost model holds refuses the file."""
@@ -24,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
+    COMPILED_FEATURES,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     plan_features,
@@ -34,7 +37,7 @@ from fusionsearch.errors import CostModelError
 from fusionsearch.search.plan import Plan
 
 __all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "CorrectedModel", "LearnedCostModel", "correct", "load",
-           "load_default", "per_plan", "plan_time_us", "plan_times_us", "plans_matrix"]
+           "load_default", "per_plan", "plan_time_us", "plan_times_us", "plans_matrix", "without_compiled"]
 
 FILE_FORMAT = "fusionsearch-costmodel"
 
@@ -44,6 +47,7 @@ FILE_FORMAT = "fusionsearch-costmodel"
 TRUSTED_TYPES = ["sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor"]
 
 _MIN_US = 1e-3  # floor of a time before its log is taken (µs)
+_COMPILED_COLUMNS = [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]
 
 
 class LearnedCostModel(RegressorMixin, BaseEstimator):
@@ -91,13 +95,13 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
             raise CostModelError(f"n_bags must be a positive integer and bag_fraction in (0, 1], got "
                                  f"{self.n_bags!r} and {self.bag_fraction!r}")
         target = np.log(y) - self._offset(X)
-        self.models_ = []
-        for rows in self._bags(len(y), groups):
-            model = HistGradientBoostingRegressor(
-                learning_rate=self.learning_rate, max_iter=self.max_iter, max_leaf_nodes=self.max_leaf_nodes,
-                min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
-                early_stopping=False, random_state=self.random_state)
-            self.models_.append(model.fit(X[rows], target[rows]))
+        bags = self._bags(len(y), groups)
+        # Two sets of models: one blind to the compiled figures (what a search pricing a whole space has), one
+        # that reads them, fitted where rows have them (what a search has for the plans it compiled).
+        blind = _blind(X)
+        self.models_ = [self._regressor().fit(blind[rows], target[rows]) for rows in bags]
+        self.compiled_models_ = [self._regressor().fit(X[rows], target[rows]) for rows in bags] \
+            if _compiled(X).any() else []
         self.schema_version_ = FEATURE_SCHEMA_VERSION
         self.feature_names_ = list(FEATURE_NAMES)
         self.n_features_in_ = len(FEATURE_NAMES)
@@ -108,10 +112,21 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        """Predicted kernel times (µs), one per feature row."""
+        """Predicted kernel times (µs), one per feature row: templates with their compiled figures by the models
+        that read them (when the training data had them), every other row by the models blind to them."""
         check_is_fitted(self, "models_")
         X = self._check_X(X)
-        return np.exp(np.mean([m.predict(X) for m in self.models_], axis=0) + self._offset(X))
+        log_ratio = np.mean([m.predict(_blind(X)) for m in self.models_], axis=0)
+        compiled = _compiled(X) if getattr(self, "compiled_models_", None) else np.zeros(len(X), dtype=bool)
+        if compiled.any():
+            log_ratio[compiled] = np.mean([m.predict(X[compiled]) for m in self.compiled_models_], axis=0)
+        return np.exp(log_ratio + self._offset(X))
+
+    def _regressor(self) -> HistGradientBoostingRegressor:
+        return HistGradientBoostingRegressor(
+            learning_rate=self.learning_rate, max_iter=self.max_iter, max_leaf_nodes=self.max_leaf_nodes,
+            min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
+            early_stopping=False, random_state=self.random_state)
 
     def _bags(self, n: int, groups: Any) -> list[np.ndarray]:
         """Row indices of each bag: all rows for one bag, else a seeded `bag_fraction` of the graphs (rows)."""
@@ -161,12 +176,32 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "models_")
         record = {"format": FILE_FORMAT, "schema_version": int(self.schema_version_),
                   "feature_names": list(self.feature_names_), "hardware": self.hardware_,
-                  "params": self.get_params(), "models": list(self.models_)}
+                  "params": self.get_params(), "models": list(self.models_),
+                  "compiled_models": list(getattr(self, "compiled_models_", []))}
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         skops.io.dump(record, tmp, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
         os.replace(tmp, path)
         return path
+
+
+def without_compiled(X: np.ndarray) -> np.ndarray:
+    """X with every template's COMPILED_FEATURES unknown (NaN): how a search prices plans it has not compiled."""
+    X = np.array(X, dtype=np.float64)
+    X[np.ix_(X[:, FEATURE_NAMES.index("kind_template")] == 1, _COMPILED_COLUMNS)] = np.nan
+    return X
+
+
+def _blind(X: np.ndarray) -> np.ndarray:
+    """X as the models blind to compiled figures see it: those columns constant."""
+    X = np.array(X, dtype=np.float64)
+    X[:, _COMPILED_COLUMNS] = 0.0
+    return X
+
+
+def _compiled(X: np.ndarray) -> np.ndarray:
+    """Which rows are templates with their compiled figures."""
+    return (X[:, FEATURE_NAMES.index("kind_template")] == 1) & np.isfinite(X[:, _COMPILED_COLUMNS]).all(axis=1)
 
 
 def load(path: str) -> LearnedCostModel:
@@ -193,15 +228,15 @@ def load(path: str) -> LearnedCostModel:
     if record.get("feature_names") != list(FEATURE_NAMES):
         raise CostModelError(f"{path}: its feature names differ from this fusionsearch's schema "
                              f"v{FEATURE_SCHEMA_VERSION}; retrain it with `fusionsearch costmodel train`")
-    params, inner = record.get("params"), record.get("models")
-    if not isinstance(params, dict) or not isinstance(inner, list) or not inner or not all(
-            isinstance(m, HistGradientBoostingRegressor) for m in inner):
+    params, inner, compiled = record.get("params"), record.get("models"), record.get("compiled_models", [])
+    if not isinstance(params, dict) or not isinstance(inner, list) or not inner or not isinstance(compiled, list) \
+            or not all(isinstance(m, HistGradientBoostingRegressor) for m in [*inner, *compiled]):
         raise CostModelError(f"{path}: not a fusionsearch cost model (its parameters or regressor are missing)")
     try:
         model = LearnedCostModel(**params)
     except TypeError:
         raise CostModelError(f"{path}: its hyperparameters {sorted(params)} do not fit this fusionsearch") from None
-    model.models_ = inner
+    model.models_, model.compiled_models_ = inner, compiled
     model.schema_version_ = FEATURE_SCHEMA_VERSION
     model.feature_names_ = list(FEATURE_NAMES)
     model.n_features_in_ = len(FEATURE_NAMES)
@@ -240,7 +275,7 @@ class CorrectedModel:
     def predict(self, X: Any) -> np.ndarray:
         """Predicted kernel times (µs), one per feature row."""
         X = LearnedCostModel._check_X(X)
-        return self.base.predict(X) * np.exp(self.correction.predict(X))
+        return self.base.predict(X) * np.exp(self.correction.predict(_blind(X)))
 
 
 def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:
@@ -253,7 +288,8 @@ def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:
     residual = np.log(y) - np.log(base.predict(X))
     correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8, min_samples_leaf=2,
                                                early_stopping=False, random_state=0)
-    return CorrectedModel(base, correction.fit(X, residual))
+    # Blind to compiled figures: the search's measured plans carry none, the candidates it compiled do.
+    return CorrectedModel(base, correction.fit(_blind(X), residual))
 
 
 def plan_time_us(model: LearnedCostModel | CorrectedModel, plan: Plan, hw: Hardware) -> float:

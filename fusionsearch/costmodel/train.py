@@ -23,7 +23,7 @@ from fusionsearch.costmodel.features import (
     recompute_features,
     to_matrix,
 )
-from fusionsearch.costmodel.learned import LearnedCostModel
+from fusionsearch.costmodel.learned import LearnedCostModel, without_compiled
 from fusionsearch.datasets.measurements import read_rows
 from fusionsearch.errors import CostModelError
 
@@ -115,15 +115,17 @@ def cv_splits(groups: Sequence[str] | np.ndarray, folds: int = 5) -> list[tuple[
 
 
 def _oof_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int,
-                     hyper: dict[str, Any]) -> tuple[np.ndarray, list[list[str]]]:
-    """Out-of-fold predictions (µs): each row predicted by the model of the fold that held its graph out."""
-    pred = np.full(len(y), np.nan)
+                     hyper: dict[str, Any]) -> tuple[np.ndarray, list[list[str]], np.ndarray]:
+    """Out-of-fold predictions (µs): each row predicted by the model of the fold that held its graph out; the
+    held-out graphs of each fold; and the same predictions with the templates' compiled figures unknown."""
+    pred, uncompiled = np.full(len(y), np.nan), np.full(len(y), np.nan)
     held_out = []
     for train_idx, test_idx in cv_splits(groups, folds):
         model = _model(hyper).fit(X[train_idx], y[train_idx], groups=groups[train_idx])
         pred[test_idx] = model.predict(X[test_idx])
+        uncompiled[test_idx] = model.predict(without_compiled(X[test_idx]))
         held_out.append(sorted(set(groups[test_idx].tolist())))
-    return pred, held_out
+    return pred, held_out, uncompiled
 
 
 def cross_validate(data_path: str, folds: int = 5, **hyper: Any) -> dict[str, Any]:
@@ -135,8 +137,10 @@ def cross_validate(data_path: str, folds: int = 5, **hyper: Any) -> dict[str, An
 
 def _cross_validate(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[dict[str, Any]],
                     every: list[dict[str, Any]], folds: int, hyper: dict[str, Any]) -> dict[str, Any]:
-    pred, held_out = _oof_predictions(X, y, groups, folds, hyper)
+    pred, held_out, uncompiled = _oof_predictions(X, y, groups, folds, hyper)
     figures = _figures(every, rows, pred, X)
+    without = _figures(every, rows, uncompiled, X)
+    figures.update({f"uncompiled_{m}{tail}": without[f"{m}{tail}"] for m in METRICS for tail in ("", "_median")})
     return {**figures, "folds": len(held_out), "held_out": held_out}
 
 
@@ -222,10 +226,14 @@ def _figures(all_rows: list[dict[str, Any]], rows: list[dict[str, Any]], pred: n
 
 
 def format_figures(figures: dict[str, Any]) -> str:
-    """A plain-text table of the METRICS, learned vs analytic (mean and median over graphs)."""
+    """A plain-text table of the METRICS, learned vs analytic (mean and median over graphs); cross-validation
+    figures add the learned model blind to the templates' compiled figures (as a search prices plans it has
+    not compiled)."""
+    prefixes = ["", *(["uncompiled_"] if "uncompiled_kendall_tau" in figures else []), "analytic_"]
+    names = {"": "learned", "uncompiled_": "blind", "analytic_": "analytic"}
     lines = [f"{figures['graphs']} graphs, {figures['plans']} plans, {figures['rows']} kernel rows",
-             f"{'metric':<18} {'learned':>9} {'(median)':>9} {'analytic':>9} {'(median)':>9}"]
+             f"{'metric':<18} " + " ".join(f"{names[p]:>10} {'(median)':>9}" for p in prefixes)]
     for m in METRICS:
-        vals = (figures[m], figures[f"{m}_median"], figures[f"analytic_{m}"], figures[f"analytic_{m}_median"])
-        lines.append(f"{m:<18} " + " ".join(f"{v:>9.3f}" for v in vals))
+        lines.append(f"{m:<18} " + " ".join(f"{figures[p + m]:>10.3f} {figures[p + m + '_median']:>9.3f}"
+                                            for p in prefixes))
     return "\n".join(lines)

@@ -26,10 +26,12 @@ class PlanRanking:
     that `model_of()` returns at the time of the call: a learned cost model, or None for the analytic one."""
 
     def __init__(self, space: Space, hw: Any, model_of: Callable[[], Any], admit: Callable[[Plan], bool],
-                 seed: int = 0) -> None:
+                 seed: int = 0, compile_top: int = 0, arch: int = 90) -> None:
         from fusionsearch.costmodel.analytic import estimate
 
         self.model_of, self.hw = model_of, hw
+        self.compile_top, self.arch = compile_top, arch
+        self.compiled = 0  # candidates whose templates were compiled for the GPU and priced with their figures
         kept = [(params, plan) for params, plan in space.distinct_plans(_candidates(space, seed)) if admit(plan)]
         self.params = [p for p, _ in kept]
         self._plans = [plan for _, plan in kept]
@@ -48,8 +50,28 @@ class PlanRanking:
 
         if self._features is None:
             self._features = plans_matrix(self._plans, self.hw)
+            if self.compile_top > 0:
+                self._compile_fastest(model)
         X, starts = self._features
         return per_plan(model.predict(X), starts)
+
+    def _compile_fastest(self, model: Any) -> None:
+        """Compile the `compile_top` plans predicted fastest for the GPU (on the CPU, in parallel) and give
+        them their templates' registers, spills and shared memory, which the learned model reads where it
+        has them (a plan that does not compile keeps its prediction; its trial will say why)."""
+        from fusionsearch.codegen.resources import many_plan_resources
+        from fusionsearch.costmodel.features import FEATURE_NAMES, plan_features
+        from fusionsearch.costmodel.learned import per_plan
+
+        assert self._features is not None
+        X, starts = self._features
+        first = np.argsort(per_plan(model.predict(X), starts), kind="stable")[:self.compile_top]
+        bounds = np.concatenate([[0], starts, [len(X)]])
+        for i, found in zip(first, many_plan_resources([self._plans[i] for i in first], self.arch), strict=True):
+            if found is not None:
+                rows = plan_features(self._plans[i], self.hw, found)
+                X[bounds[i]:bounds[i + 1]] = [[f[name] for name in FEATURE_NAMES] for f in rows]
+                self.compiled += 1
 
     def order(self) -> list[dict[str, str]]:
         """The candidates' parameters, fastest predicted first."""

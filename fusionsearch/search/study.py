@@ -59,12 +59,20 @@ class SearchOptions:
     trial_timeout_s: float = 300.0  # gpu backend, isolated: a plan not judged within this fails its trial
     workers: int | str = 1  # worker processes on the study: 'auto' = one per visible GPU (search/workers.py)
     worker_tag: str = ""  # set in each worker: recorded on the trials it runs (user attr 'worker')
+    # ranked sampler with a learned model: the N plans predicted fastest are compiled for the GPU on the CPU
+    # and priced again with their registers, spills and shared memory (None: 2 x trials on the gpu backend,
+    # none on the others; 0: never)
+    compile_ranked: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(".skops"):
             raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a .skops model file")
+        if self.compile_ranked is not None and (isinstance(self.compile_ranked, bool)
+                                                or not isinstance(self.compile_ranked, int) or self.compile_ranked < 0):
+            raise SpecError(f"compile_ranked must be a whole number of plans (0: none) or None, "
+                            f"got {self.compile_ranked!r}")
         if isinstance(self.refit_every, bool) or not isinstance(self.refit_every, int) or self.refit_every < 0:
             raise SpecError(f"refit_every must be a whole number of measured plans (0: never), "
                             f"got {self.refit_every!r}")
@@ -186,9 +194,24 @@ def _sampler(name: str, seed: int, objective: Objective) -> optuna.samplers.Base
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "ranked":
         ranking = PlanRanking(objective.space, objective.hw, lambda: objective.model,
-                              lambda plan: not objective.bytes_rule_refuses(plan), seed)
+                              lambda plan: not objective.bytes_rule_refuses(plan), seed,
+                              compile_top=_compile_top(objective.options, objective.backend), arch=_arch())
         return _RankedSampler(ranking, lambda: objective.model_version, seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+
+
+def _compile_top(options: SearchOptions, backend: str) -> int:
+    if options.compile_ranked is not None:
+        return options.compile_ranked
+    return 2 * options.trials if backend == "gpu" else 0
+
+
+def _arch() -> int:
+    """The compute capability kernels are compiled for to read their resources: this GPU's, else sm_90."""
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return 10 * major + minor
+    return 90
 
 
 def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -68,3 +68,12 @@ def test_a_kernel_is_compiled_once_then_read_from_the_cache(monkeypatch: pytest.
     for _ in range(2):
         assert kernel_resources(g, generated.kernels[0], generated.source, arch=42) == KernelResources(77, 8, 1024)
     assert len(calls) == 1
+
+
+def test_many_plans_are_compiled_in_worker_processes_like_one_at_a_time() -> None:
+    from fusionsearch.codegen.resources import many_plan_resources
+
+    g = fs.workload("mm_bias_gelu", dtype=torch.float16, M=64, K=128, N=64)
+    plans = [P.fully_fused(g), P.unfused(g), with_config(P.fully_fused(g), block_m=256, block_n=256, block_k=128,
+                                                         num_stages=4)]
+    assert many_plan_resources(plans, workers=2) == [plan_resources(p) for p in plans]

@@ -65,3 +65,42 @@ def test_trials_take_the_next_untaken_plan_and_follow_a_refitted_model() -> None
         study.tell(trial, 1.0)
     keys = [tuple(sorted(p.items())) for p in taken]
     assert len(set(keys)) == len(keys) == len(ranking)
+
+
+class _ReadsSpills:
+    """A 'learned' model that prices the roofline, plus a penalty for stack bytes where a row has them."""
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        stack = np.nan_to_num(X[:, FEATURE_NAMES.index("stack_bytes")])
+        return X[:, FEATURE_NAMES.index(ANALYTIC_FEATURE)] + stack
+
+
+def test_the_fastest_predicted_plans_are_compiled_and_priced_again_with_their_spills(monkeypatch: Any) -> None:
+    """compile_top: the N plans the blind model puts first get their templates' compiled figures; one that
+    spills falls back, one that does not compile keeps its place, the rest are not compiled."""
+    from fusionsearch.codegen import resources
+    from fusionsearch.codegen.resources import KernelResources
+
+    space = _space()
+    blind = PlanRanking(space, fs.costmodel.H200, lambda: _ReadsSpills(), lambda plan: True).order()
+    compiled: list[str] = []
+
+    def fake(plans: list[Any], arch: int = 90, workers: Any = None) -> list[Any]:
+        assert arch == 90
+        compiled.extend(p.to_json() for p in plans)
+        out: list[Any] = []
+        for i, p in enumerate(plans):
+            spills = KernelResources(registers=255, stack_bytes=10**6, shared_bytes=1024)
+            clean = KernelResources(registers=96, stack_bytes=0, shared_bytes=1024)
+            out.append(None if i == 1 else [(spills if i == 0 else clean) if k.kind == "template" else None
+                                            for k in p.kernels])
+        return out
+
+    monkeypatch.setattr(resources, "many_plan_resources", fake)
+    ranking = PlanRanking(space, fs.costmodel.H200, lambda: _ReadsSpills(), lambda plan: True, compile_top=3)
+    order = ranking.order()
+    assert compiled == [space.plan(p).to_json() for p in blind[:3]] and ranking.compiled == 2
+    assert order[-1] == blind[0]  # the plan predicted fastest spills: now last
+    assert order[:len(blind) - 1] == blind[1:]  # the others keep their order (one did not compile)
+    assert PlanRanking(space, fs.costmodel.H200, lambda: _ReadsSpills(), lambda plan: True,
+                       compile_top=0).order() == blind

@@ -195,6 +195,15 @@ def test_auto_sampler_ranks_with_a_learned_model_and_uses_tpe_without(tmp_path: 
     assert S._sampler_name(SearchOptions(sampler="random"), objective) == "random"
 
 
+def test_gpu_searches_compile_their_fastest_candidates_for_the_ranking_and_others_do_not() -> None:
+    assert S._compile_top(SearchOptions(trials=10), "gpu") == 20
+    assert S._compile_top(SearchOptions(trials=10), "model") == 0
+    assert S._compile_top(SearchOptions(trials=10, compile_ranked=3), "interpret") == 3
+    for bad in (-1, 2.5, True):
+        with pytest.raises(SpecError, match="compile_ranked must be a whole number"):
+            SearchOptions(compile_ranked=bad)  # type: ignore[arg-type]
+
+
 def test_brute_force_short_of_exhausting_tries_distinct_combinations() -> None:
     g = _small_space_graph()
     size = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2).size()
