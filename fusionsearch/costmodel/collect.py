@@ -152,9 +152,13 @@ def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | No
     from fusionsearch.graph.spec import graph_from_dict
     from fusionsearch.search.plan import Plan
 
+    if not os.path.isfile(in_path):
+        raise FusionSearchError(f"{in_path}: no such dataset file")
     if os.path.exists(out_path):
         raise FusionSearchError(f"{out_path} exists; add_resources writes a new dataset file")
     rows = read_rows(in_path)
+    if not rows:
+        raise FusionSearchError(f"{in_path}: no dataset rows in it (not a file `costmodel collect` wrote?)")
     plans = {(r["graph_id"], r["plan_id"]): r for r in rows if r.get("kernel_kind") == "template"}
     keys = list(plans)
     graphs = {gid: graph_from_dict(plans[(gid, pid)]["graph"]) for gid, pid in keys}

@@ -119,3 +119,9 @@ def test_add_resources_compiles_each_template_of_an_older_dataset(tmp_path: Path
         assert r["resources"]["shared_bytes"] > 0
     with pytest.raises(FusionSearchError, match="exists"):
         add_resources(src, out)
+    with pytest.raises(FusionSearchError, match="no such dataset file"):
+        add_resources(str(tmp_path / "nosuch.jsonl.gz"), str(tmp_path / "a.jsonl.gz"))
+    (tmp_path / "junk.jsonl.gz").write_text("not a dataset")
+    with pytest.raises(FusionSearchError, match="no dataset rows"):
+        add_resources(str(tmp_path / "junk.jsonl.gz"), str(tmp_path / "b.jsonl.gz"))
+    assert not (tmp_path / "a.jsonl.gz").exists() and not (tmp_path / "b.jsonl.gz").exists()
