@@ -64,8 +64,7 @@ def many_plan_resources(plans: list[Any], arch: int = 90, workers: int | None = 
 
     if not plans:
         return []
-    requests = [json.dumps({"graph": p.graph.to_dict(), "plan": p.to_dict(), "arch": arch, "options": {}})
-                for p in plans]
+    requests = [_request(p, arch, {}) for p in plans]
     count = max(1, min(len(plans), workers or (os.cpu_count() or 2) - 1))
     # spawn: the caller may hold a CUDA context, which a forked child must not inherit
     with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -73,17 +72,28 @@ def many_plan_resources(plans: list[Any], arch: int = 90, workers: int | None = 
     return [None if f is None else [None if r is None else KernelResources(**r) for r in f] for f in found]
 
 
-def _resources_of_request(request: str) -> list[dict[str, int] | None] | None:
+def _request(plan: Any, arch: int, options: dict[str, Any]) -> str:
+    """A plan to compile in another process (a pool worker or the child of _in_subprocess), as JSON."""
+    return json.dumps({"graph": plan.graph.to_dict(), "plan": plan.to_dict(), "arch": arch, "options": options})
+
+
+def _answer(request: str) -> list[dict[str, int] | None]:
+    """In that process: plan_resources of the requested plan, as JSON-ready dicts (CodegenError if it fails)."""
     from fusionsearch.graph.spec import graph_from_dict
     from fusionsearch.search.plan import Plan
 
     r = json.loads(request)
     g = graph_from_dict(r["graph"])
+    return [None if x is None else asdict(x) for x in plan_resources(Plan.from_dict(r["plan"], g), r["arch"],
+                                                                     **r["options"])]
+
+
+def _resources_of_request(request: str) -> list[dict[str, int] | None] | None:
+    """A pool worker's _answer, None for a plan that does not compile."""
     try:
-        found = plan_resources(Plan.from_dict(r["plan"], g), r["arch"], **r["options"])
+        return _answer(request)
     except CodegenError:
         return None
-    return [None if x is None else asdict(x) for x in found]
 
 
 def _interpreting() -> bool:
@@ -93,10 +103,9 @@ def _interpreting() -> bool:
 
 
 def _in_subprocess(plan: Any, arch: int, options: dict[str, Any]) -> list[KernelResources | None]:
-    request = json.dumps({"graph": plan.graph.to_dict(), "plan": plan.to_dict(), "arch": arch, "options": options})
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    done = subprocess.run([sys.executable, "-m", "fusionsearch.codegen.resources"], input=request, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "fusionsearch.codegen.resources"],
+                          input=_request(plan, arch, options), env=env, capture_output=True, text=True)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         raise CodegenError(lines[-1] if lines else f"compiling for sm_{arch} failed (exit {done.returncode})")
@@ -105,13 +114,7 @@ def _in_subprocess(plan: Any, arch: int, options: dict[str, Any]) -> list[Kernel
 
 def _main() -> None:
     """The child process of _in_subprocess: a plan in JSON on stdin, its resources in JSON on stdout."""
-    from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.plan import Plan
-
-    request = json.load(sys.stdin)
-    g = graph_from_dict(request["graph"])
-    found = plan_resources(Plan.from_dict(request["plan"], g), request["arch"], **request["options"])
-    json.dump([None if r is None else asdict(r) for r in found], sys.stdout)
+    json.dump(_answer(sys.stdin.read()), sys.stdout)
 
 
 def kernel_resources(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int = 90) -> KernelResources:

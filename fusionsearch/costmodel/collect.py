@@ -98,6 +98,7 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     worker = MeasureWorker(device=options.device, timeout_s=options.plan_timeout_s,
                            judge=options.judge)
     settings = {"warmup_ms": options.warmup_ms, "rep_ms": options.rep_ms}
+    compile_for_gpu = options.resources if options.resources is not None else options.device == "cuda"
     start = time.time()
     try:
         for gi in range(options.graphs):
@@ -111,7 +112,6 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
             failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
             worker.set_graph(g.to_dict(), seed=gi, settings=settings)
             rows = []
-            compile_for_gpu = options.resources if options.resources is not None else options.device == "cuda"
             for plan, failure in zip(plans, failures, strict=True):
                 resources = _resources(plan, options.arch) if compile_for_gpu else [None] * len(plan.kernels)
                 rows += _measure_plan(g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION,

@@ -116,7 +116,8 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
         that read them (when the training data had them), every other row by the models blind to them."""
         check_is_fitted(self, "models_")
         X = self._check_X(X)
-        log_ratio = np.mean([m.predict(_blind(X)) for m in self.models_], axis=0)
+        blind = _blind(X)
+        log_ratio = np.mean([m.predict(blind) for m in self.models_], axis=0)
         compiled = _compiled(X) if getattr(self, "compiled_models_", None) else np.zeros(len(X), dtype=bool)
         if compiled.any():
             log_ratio[compiled] = np.mean([m.predict(X[compiled]) for m in self.compiled_models_], axis=0)
