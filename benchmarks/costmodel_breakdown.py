@@ -1,13 +1,13 @@
 """Where the learned cost model's held-out ranking errors come from (CPU; reads a dataset, no GPU).
 
-Prints, from one grouped cross-validation of the default model (the figures `fusionsearch costmodel train`
-reports, same folds):
+Prints, from one grouped cross-validation of the default model, blind to compiled figures (the "blind"
+figures `fusionsearch costmodel train` reports, same folds):
   - the ranking figures split by the graphs' matmul operand width (16-bit: tensor cores; 32-bit: Triton's
     IEEE fp32 dot, which runs on the FMA units), learned beside analytic;
   - the kernels' held-out log error by kind and operand width, and measured / roofline time;
   - with --compiled: the same cross-validation (one model per fold) without and with each template kernel's
-    compile-time figures (registers, stack bytes, shared memory; codegen/resources.py compiles it for sm_90 on
-    the CPU, cached), to show what they add;
+    compile-time figures (registers, stack bytes, shared memory compiled for sm_90; the rows carry them since
+    feature schema v3), to show what they add;
   - with --retest OLDER_DATASET: a test-retest bound, the older collection's times of the same plans used as
     the "prediction" of this one's (plans without split-K only, whose generated code did not change between
     the two), so that measurement noise and model error can be told apart.
@@ -18,15 +18,13 @@ reports, same folds):
 from __future__ import annotations
 
 import argparse
-import os
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_NAMES
+from fusionsearch.costmodel.features import ANALYTIC_FEATURE, COMPILED_FEATURES, FEATURE_NAMES
 from fusionsearch.costmodel.train import METRICS, _figures, _graph_figures, _load, _oof_predictions, cv_splits
 
 
@@ -96,32 +94,10 @@ def retest(path: str, older: str) -> None:
           f"as the predictor:\n  {mean_figures(figures)}")
 
 
-def plan_resources_of(row: dict[str, Any]) -> list[Any]:
-    """codegen.resources.plan_resources of the plan a dataset row measured (in a worker process)."""
-    from fusionsearch.codegen.resources import plan_resources
-    from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.plan import Plan
-
-    g = graph_from_dict(row["graph"])
-    return plan_resources(Plan.from_dict(row["plan"], g))
-
-
-def compiled_columns(rows: list[dict[str, Any]]) -> np.ndarray:
-    """Per row: registers, stack bytes, shared KiB of its template kernel compiled for sm_90 (zeros for
-    pointwise kernels), the plans compiled in parallel on every core."""
-    plans = {}
-    for r in rows:
-        if r["kernel_kind"] == "template":
-            plans.setdefault((r["graph_id"], r["plan_id"]), r)
-    keys = list(plans)
-    with ProcessPoolExecutor(os.cpu_count()) as pool:
-        found = dict(zip(keys, pool.map(plan_resources_of, [plans[k] for k in keys], chunksize=4), strict=True))
-    out = np.zeros((len(rows), 3))
-    for i, r in enumerate(rows):
-        res = found.get((r["graph_id"], r["plan_id"]), [None] * (r["kernel_index"] + 1))[r["kernel_index"]]
-        if res is not None:
-            out[i] = [res.registers, res.stack_bytes, res.shared_bytes / 1024]
-    return out
+def compiled_columns(X: np.ndarray) -> np.ndarray:
+    """The COMPILED_FEATURES columns (registers, stack bytes, shared KiB): the dataset's rows carry them since
+    feature schema v3 (`fusionsearch costmodel compile` adds them to older data)."""
+    return X[:, [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]]
 
 
 def one_model_cv(X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -139,11 +115,16 @@ def one_model_cv(X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> np.ndarray
 
 def with_compiled(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[dict[str, Any]],
                   every: list[dict[str, Any]]) -> None:
-    extra = compiled_columns(rows)
+    extra = compiled_columns(X)
     template = np.array([r["kernel_kind"] == "template" for r in rows])
+    if np.isnan(extra[template]).any():
+        raise SystemExit("--compiled needs every template row's compiled figures: run `fusionsearch costmodel "
+                         "compile` on the dataset first")
     print(f"compile-time figures of {template.sum()} template kernels (sm_90): stack > 0 in "
           f"{int((extra[template, 1] > 0).sum())}, registers at 255 in {int((extra[template, 0] >= 255).sum())}")
-    for label, features in (("without", X), ("with", np.column_stack([X, extra]))):
+    without = X.copy()
+    without[:, [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]] = 0.0
+    for label, features in (("without", without), ("with", X)):
         figures = _figures(every, rows, one_model_cv(features, y, groups), X)
         print(f"  one model per fold, {label} them: {mean_figures(figures['per_graph'])}")
         by_operand_bits(X, rows, figures)
@@ -156,12 +137,12 @@ def main() -> None:
     ap.add_argument("--retest", help="an older dataset of the same graphs (e.g. from git history)")
     args = ap.parse_args()
     X, y, groups, rows, every = _load(args.data)
-    pred, _, _ = _oof_predictions(X, y, groups, 5, {})
-    figures = _figures(every, rows, pred, X)
+    _, _, blind = _oof_predictions(X, y, groups, 5, {})  # as the search prices plans it has not compiled
+    figures = _figures(every, rows, blind, X)
     print(f"all {figures['graphs']} graphs\n  learned   {mean_figures(figures['per_graph'])}\n"
           f"  analytic  {mean_figures(figures['per_graph'], 'analytic_')}")
     by_operand_bits(X, rows, figures)
-    kernel_errors(X, y, rows, pred)
+    kernel_errors(X, y, rows, blind)
     if args.compiled:
         with_compiled(X, y, groups, rows, every)
     if args.retest:
