@@ -230,18 +230,23 @@ def time_of(row: dict[str, Any], variant: str, valid_only: bool = False) -> floa
     return float(rec["median_us"])
 
 
+def timed(rec: dict[str, Any]) -> str:
+    """'94.7', or '94.7 ✗' when the output was outside tolerance against eager."""
+    return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+
+
 def time_cell(row: dict[str, Any], variant: str) -> str:
-    """'94.7', '94.7 ✗' (outside tolerance against eager), 'failed' or 'skipped'."""
+    """timed(...), 'failed' or 'skipped'."""
     rec = row["variants"].get(variant, {})
     if "median_us" in rec:
-        return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+        return timed(rec)
     return "skipped" if "skipped" in rec else "failed"
 
 
 def option_cell(rec: dict[str, Any]) -> str:
-    """The searched plan under a codegen option: '94.7', '94.7 ✗', 'failed', or '' (not measured in that run)."""
+    """The searched plan under a codegen option: timed(...), 'failed', or '' (not measured in that run)."""
     if "median_us" in rec:
-        return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+        return timed(rec)
     return "failed" if rec else ""
 
 

@@ -114,9 +114,7 @@ def test_add_resources_compiles_each_template_of_an_older_dataset(tmp_path: Path
     assert len(new) == len(rows) and all(r["schema_version"] == 3 for r in new)
     for r in templates:
         assert r["resources"]["registers"] > 0 and r["features"]["registers"] == r["resources"]["registers"]
-        # 64 x 64 x 32 bf16 tiles... whatever the default config is, the pipeline's shared memory is at least one
-        # stage of A and B tiles.
-        assert r["resources"]["shared_bytes"] > 0
+        assert r["resources"]["shared_bytes"] > 0  # a software pipeline of A and B tiles, whatever the config
     with pytest.raises(FusionSearchError, match="exists"):
         add_resources(src, out)
     with pytest.raises(FusionSearchError, match="no such dataset file"):
