@@ -7,7 +7,6 @@ A small sweep of tile configs is timed for the fused plan, so its figure reflect
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -31,11 +30,6 @@ SWEEP_LARGE_M = [
     P.TileConfig(128, 128, 64, 8, 1, 4, 4), P.TileConfig(64, 128, 64, 8, 1, 4, 4),
     P.TileConfig(256, 128, 64, 8, 1, 8, 3),
 ]
-
-
-def with_config(plan: P.Plan, cfg: P.TileConfig) -> P.Plan:
-    kernels = tuple(dataclasses.replace(k, config=cfg) if isinstance(k, P.TemplateKernel) else k for k in plan.kernels)
-    return P.Plan(plan.graph, kernels, plan.recompute)
 
 
 def main() -> None:
@@ -66,7 +60,7 @@ def main() -> None:
                 sweep = SWEEP_SMALL_M if c["shape"]["M"] <= 64 else SWEEP_LARGE_M
                 tried = []
                 for cfg in sweep:
-                    p = with_config(base, cfg)
+                    p = base.with_config(cfg)
                     t = fs.measure.benchmark(p, inputs)
                     tried.append({"config": cfg.short(), "median_us": t.median_us, "reason": t.reason})
                     if t.ok and t.median_us < entry["median_us"]:

@@ -33,12 +33,13 @@ import torch
 
 import fusionsearch as fs
 from fusionsearch.codegen.templates import Problem, problem
-from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
+from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
 from fusionsearch.measure.bench import measure_ceilings
+from fusionsearch.search.plan import TileConfig
 from fusionsearch.search.study import SearchOptions, run_study
 
 # Variants in the order they are measured, tabled and drawn, with their column labels.
@@ -50,6 +51,13 @@ MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
 CODEGEN_VARIANTS = {"tma_loads": ("same plan, TMA loads", {"tma_loads": True}),
                     "persistent": ("same plan, persistent", {"persistent": True}),
                     "persistent_tma": ("persistent + TMA", {"persistent": True, "tma_loads": True})}
+# Compute-bound cases (the floor set by flops): the searched plan again on these large tiles (Inductor's and
+# Triton's tutorials' Hopper picks), each plain, persistent and persistent + TMA: does a tile or template
+# the search did not pick close the gap to cuBLAS?
+PROBE_CONFIGS = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(256, 128, 64, 8, 1, 8, 3),
+                 TileConfig(128, 128, 64, 8, 1, 4, 4))
+PROBE_OPTIONS = {"plain": {}, "persistent": {"persistent": True},
+                 "persistent + TMA": {"persistent": True, "tma_loads": True}}
 
 
 # ---- what the floor counts -------------------------------------------------------------------------
@@ -157,9 +165,10 @@ def measure_compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], ref
 
 
 def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
-                         trials: int) -> dict[str, Any]:
+                         trials: int, compute_bound: bool) -> dict[str, Any]:
     """The search with its default sampler and cost model (search wall time, trials by status), then its best
-    plan checked against eager and timed like every other variant."""
+    plan checked against eager and timed like every other variant, then under codegen options and (compute
+    bound) on the probe's tiles."""
     start = time.time()
     res = run_study(g, SearchOptions(trials=trials, backend="gpu", seed=0), inputs)
     record: dict[str, Any] = {"search_s": time.time() - start, "trials": trials, "counts": res.counts(),
@@ -170,6 +179,11 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
     # on this case?
     for key, (_, options) in CODEGEN_VARIANTS.items():
         record[key] = attempt(measure_plan, res.best, inputs, refs, options)
+    if compute_bound:
+        record["tile_probe"] = [{"config": cfg.short(), "options": label,
+                                 **attempt(measure_plan, res.best.with_config(cfg), inputs, refs, options)}
+                                for cfg in PROBE_CONFIGS if all(fits(g, mm, cfg) for mm in g.nodes_of_kind("template"))
+                                for label, options in PROBE_OPTIONS.items()]
     return record
 
 
@@ -215,7 +229,8 @@ def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args:
     else:
         variants["max_autotune"] = attempt(measure_compiled, fn, inputs, refs, "max-autotune-no-cudagraphs",
                                            MAX_AUTOTUNE_CONFIG)
-    variants["fusionsearch"] = attempt(measure_fusionsearch, g, inputs, refs, args.trials)
+    compute_bound = flops / ceilings["peak_flops"] > nbytes / ceilings["bandwidth_bytes_per_s"]
+    variants["fusionsearch"] = attempt(measure_fusionsearch, g, inputs, refs, args.trials, compute_bound)
     torch._dynamo.reset()  # the compiled callables hold their inputs' memory until dynamo forgets them
     return row
 
@@ -314,7 +329,29 @@ def markdown(report: dict[str, Any]) -> str:
                  ratio_cell(fs_us, time_of(r, "cublas_bare")),
                  peak_cell, search_cell, trials_cell(fs_rec)]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", speedup_line(measured)]) + "\n"
+    return "\n".join([*lines, "", speedup_line(measured), *probe_table(measured)]) + "\n"
+
+
+def probe_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The compute-bound cases' tile probe: per case the searched plan's own time and each probe tile under
+    each template option (µs), and the fastest valid one over cuBLAS."""
+    probed = [r for r in rows if r["variants"].get("fusionsearch", {}).get("tile_probe")]
+    if not probed:
+        return []
+    head = ["case", "searched plan", *(f"{c.short()} {o}" for c in PROBE_CONFIGS for o in PROBE_OPTIONS),
+            "fastest ÷ cuBLAS"]
+    lines = ["", "Compute-bound cases, the searched plan's fusion on other tiles and templates (µs; blank: does "
+             "not fit shared memory by the analytic check):", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    for r in probed:
+        fs_rec = r["variants"]["fusionsearch"]
+        by_key = {(p["config"], p["options"]): p for p in fs_rec["tile_probe"]}
+        cells = [option_cell(by_key.get((c.short(), o), {})) for c in PROBE_CONFIGS for o in PROBE_OPTIONS]
+        valid = [p["median_us"] for p in fs_rec["tile_probe"] if "median_us" in p and p.get("ok") is not False]
+        fastest = min(valid, default=None)
+        lines.append("| " + " | ".join([r["case"], option_cell(fs_rec), *cells,
+                                        ratio_cell(fastest, time_of(r, "cublas_bare"))]) + " |")
+    return lines
 
 
 def plot(report: dict[str, Any], path: str) -> bool:

@@ -48,11 +48,6 @@ def configs(g: fs.OpGraph, mm: str, block_ms: tuple[int, ...], k: int) -> list[T
     return out
 
 
-def with_config(plan: Plan, cfg: TileConfig) -> Plan:
-    return Plan(plan.graph, [TemplateKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
-                             if isinstance(k, TemplateKernel) else k for k in plan.kernels], plan.recompute)
-
-
 def tma_probe(plan: Plan, cfg: TileConfig, inputs: list, refs: list, rep_ms: int) -> dict[str, Any]:
     """The config again with codegen's `tma_loads`: operand tiles read through TMA tensor descriptors."""
     v = validate(plan, plan.graph, inputs, refs=refs, tma_loads=True)
@@ -87,7 +82,7 @@ def main() -> None:
         base = fully_fused(g)
         mm = next(k.matmul for k in base.kernels if isinstance(k, TemplateKernel))
         cfgs = configs(g, mm, block_ms, problem(g, mm).k)
-        plans = [with_config(base, c) for c in cfgs]
+        plans = [base.with_config(c) for c in cfgs]
         failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
         inputs = fs.random_inputs(g, seed=0, device="cuda")
         refs = fs.reference(g, inputs, float64=True)
@@ -111,10 +106,10 @@ def main() -> None:
         for r in ok[:5]:
             cfg = by_name[r["config"]]
             if cfg.split_k > 1:
-                t = benchmark(with_config(base, cfg), inputs, warmup_ms=5, rep_ms=args.rep_ms, serial_split_k=False)
+                t = benchmark(base.with_config(cfg), inputs, warmup_ms=5, rep_ms=args.rep_ms, serial_split_k=False)
                 two_kernel.append({"config": r["config"], "serial_us": r["median_us"],
                                    "two_kernel_us": t.median_us if t.ok else None})
-        tma = [tma_probe(with_config(base, by_name[r["config"]]), by_name[r["config"]], inputs, refs, args.rep_ms)
+        tma = [tma_probe(base.with_config(by_name[r["config"]]), by_name[r["config"]], inputs, refs, args.rep_ms)
                for r in ok[:8]]
         floor = max(least_bytes(g) / ceilings["bandwidth_bytes_per_s"], matmul_flops(g) / ceilings["peak_flops"]) * 1e6
         cb = cublas_us(g, mm)

@@ -30,11 +30,12 @@ from fusionsearch.search.study import SearchOptions, run_study
 
 
 def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list[dict], best: float,
-           workers: int) -> dict:
+           workers: int, compile_ranked: int | None = None) -> dict:
     """The product's search on this case with a tenth of the space as trials; its pick is looked up in the
     whole-space timings (same process, same inputs) so that regret compares like with like."""
     trials = math.ceil(plans / 10)
-    opts = SearchOptions(trials=trials, backend="gpu", max_configs=max_configs, compile_workers=workers)
+    opts = SearchOptions(trials=trials, backend="gpu", max_configs=max_configs, compile_workers=workers,
+                         compile_ranked=compile_ranked)
     res = run_study(g, opts, inputs=inputs)
     whole = {r["plan"]: r["median_us"] for r in rows}
     pick = whole.get(res.best.to_json())
@@ -55,6 +56,8 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=int, default=40)
     ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
     ap.add_argument("--search", action="store_true", help="also search each case with a tenth of its space")
+    ap.add_argument("--compile-ranked", type=int, default=None,
+                    help="the search's --compile-ranked (default: 2 x trials; 0: rank with the blind model only)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     pool = CompilePool(args.workers)
@@ -90,7 +93,7 @@ def main() -> None:
                   "hardware": hardware_signature(), "plans": rows}
         line = f"{name:<40} plans {len(plans):>4}  ok {len(ok):>4}  best {best:8.1f} us  {time.time() - t0:5.0f} s"
         if args.search:
-            record["search"] = search(g, k, len(plans), inputs, rows, best, args.workers)
+            record["search"] = search(g, k, len(plans), inputs, rows, best, args.workers, args.compile_ranked)
             s = record["search"]
             line += (f"  search: {s['measured']} measured, pick {s['pick_whole_space_us']:.1f} us on the whole-space "
                      f"timings (regret {100 * s['regret']:.2f}%), {s['elapsed_s']:.0f} s")

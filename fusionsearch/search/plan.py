@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import networkx as nx
@@ -122,6 +122,11 @@ class Plan:
                     out[i].add(n)
                     break
         return out
+
+    def with_config(self, cfg: TileConfig) -> Plan:
+        """The same plan with every matmul template on tile config `cfg` (benchmarks sweeping configs)."""
+        kernels = tuple(replace(k, config=cfg) if isinstance(k, TemplateKernel) else k for k in self.kernels)
+        return Plan(self.graph, kernels, self.recompute)
 
     def check(self) -> Plan:
         """Raise PlanError unless the plan is legal for its graph; returns self."""
