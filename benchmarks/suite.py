@@ -4,11 +4,15 @@ the plan fusionsearch's search finds, and cuBLAS on the bare matmuls alone, besi
 max(bytes / BW, flops / PEAK) with BW and PEAK measured at the start of the same run, and a copy that moves
 the floor's bytes (what a plain stream of that size costs, launch and ramp included).
 
-Every time is time_callable's do_bench median (µs, warmup 25 ms, rep 100 ms, L2 flushed), as the anchors
-were measured. Every compiled output (torch.compile, max-autotune, the plan) is checked against eager's output
-with the project's tolerance for its dtype; a variant that fails the check is reported, one that raises
-(compile error, OOM) records its reason, and the suite goes on. Peak memory is the most allocated during one
-call beyond what was allocated before it (eager and the plan).
+Each variant is first timed alone with time_callable's do_bench median (µs, warmup 25 ms, rep 100 ms, L2
+flushed, as the anchors were measured), which also reads its peak memory; then every variant of the case is
+timed again in --rounds interleaved rounds (do_bench median, rep 20 ms each; each round starts one variant
+further along) and the median over rounds is its figure: the GPU's clock and thermal state drift over a
+case's minutes, and one pass met each variant at a different moment. Every compiled output (torch.compile,
+max-autotune, the plan) is checked against eager's output with the project's tolerance for its dtype; a
+variant that fails the check is reported, one that raises (compile error, OOM) records its reason, and the
+suite goes on. Peak memory is the most allocated during one call beyond what was allocated before it
+(eager and the plan).
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/suite.py --out $OUT
 (--trials 32, --cases 0,3,8 for a subset, --skip-max-autotune when its compile time does not fit.)
@@ -24,6 +28,7 @@ import datetime
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,13 +43,14 @@ from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_nam
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
-from fusionsearch.measure.bench import measure_ceilings
+from fusionsearch.measure.bench import measure_ceilings, time_interleaved
 from fusionsearch.search.plan import TileConfig
 from fusionsearch.search.study import SearchOptions, run_study
 
 # Variants in the order they are measured, tabled and drawn, with their column labels.
 LABELS = {"cublas_bare": "cuBLAS bare", "eager": "eager", "torch_compile": "torch.compile",
           "max_autotune": "max-autotune", "fusionsearch": "fusionsearch"}
+TIMED = "_timed"  # a record's timed callable, held until the case's interleaved rounds (never written out)
 MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
 # The searched plan again under code generator options (column label, options): operand tiles read through
 # TMA descriptors; persistent templates (one program per multiprocessor looping over tiles); both.
@@ -112,7 +118,10 @@ def attempt(measure: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any
 
 def measure_eager(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
     """Eager PyTorch's time and peak memory (bytes beyond what was allocated before the call)."""
-    return timing_record(time_callable(lambda: fn(*inputs)))
+    def call() -> Any:
+        return fn(*inputs)
+
+    return {**timing_record(time_callable(call)), TIMED: call}
 
 
 def eager_vs_float64(refs: Sequence[torch.Tensor], g: OpGraph, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
@@ -132,7 +141,10 @@ def measure_cublas(problems: Sequence[Problem]) -> dict[str, Any]:
         b_shape = (p.k, p.n) if p.batch == 1 else (p.batch, p.k, p.n)
         pairs.append(tuple(torch.randn(s, generator=gen, dtype=torch.bfloat16, device="cuda")
                            for s in (a_shape, b_shape)))
-    record = timing_record(time_callable(lambda: [torch.matmul(a, b) for a, b in pairs]))
+    def call() -> list[torch.Tensor]:
+        return [torch.matmul(a, b) for a, b in pairs]
+
+    record = {**timing_record(time_callable(call)), TIMED: call}
     record["matmuls"] = [dataclasses.asdict(p) for p in problems]
     return record
 
@@ -143,16 +155,19 @@ def measure_copy(nbytes: int) -> dict[str, Any]:
     the floor splits into what a plain stream of its size already costs and what the plan adds."""
     src = torch.empty(max(1, nbytes // 4), dtype=torch.bfloat16, device="cuda").normal_()
     dst = torch.empty_like(src)
-    record = timing_record(time_callable(lambda: dst.copy_(src)))
+    def call() -> torch.Tensor:
+        return dst.copy_(src)
+
+    record = {**timing_record(time_callable(call)), TIMED: call}
     record["bytes"] = 4 * src.numel()
     return record
 
 
 def measure_compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
                      mode: str | None, config: dict[str, Any]) -> dict[str, Any]:
-    """torch.compile(fn, mode) under the Inductor `config`, from a fresh dynamo state: compile time (s, the
-    first call), agreement with eager, then the time of the compiled callable."""
-    torch._dynamo.reset()
+    """torch.compile(fn, mode) under the Inductor `config`: compile time (s, the first call), agreement with
+    eager, then the time of the compiled callable. Dynamo keeps one compiled graph per mode (its guards match
+    the backend), so the case's compiled callables stay valid side by side for the interleaved rounds."""
     with torch._inductor.config.patch(config):
         compiled = torch.compile(fn, mode=mode)
         start = time.time()
@@ -160,7 +175,11 @@ def measure_compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], ref
         torch.cuda.synchronize()
         record: dict[str, Any] = {"compile_s": time.time() - start, **check_outputs(outs, refs)}
         del outs
-        record.update(timing_record(time_callable(lambda: compiled(*inputs))))
+
+        def call() -> Any:
+            return compiled(*inputs)
+
+        record.update({**timing_record(time_callable(call)), TIMED: call})
     return record
 
 
@@ -197,7 +216,11 @@ def measure_plan(plan: Any, inputs: Sequence[torch.Tensor], refs: Sequence[torch
     torch.cuda.synchronize()
     record = check_outputs(outs, refs)
     del outs
-    record.update(timing_record(time_callable(lambda: run(*inputs))))
+
+    def call() -> Any:
+        return run(*inputs)
+
+    record.update({**timing_record(time_callable(call)), TIMED: call})
     return record
 
 
@@ -211,6 +234,7 @@ def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args:
         "floor_us": floor_us(nbytes, flops, ceilings["bandwidth_bytes_per_s"], ceilings["peak_flops"]),
         "variants": {}}
     variants = row["variants"]
+    torch._dynamo.reset()  # each case compiles from a fresh dynamo state
     inputs = fs.random_inputs(g, seed=0, device="cuda")
     fn = WORKLOADS[case["workload"]].torch_fn
     refs: list[torch.Tensor] | None = None
@@ -231,8 +255,38 @@ def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args:
                                            MAX_AUTOTUNE_CONFIG)
     compute_bound = flops / ceilings["peak_flops"] > nbytes / ceilings["bandwidth_bytes_per_s"]
     variants["fusionsearch"] = attempt(measure_fusionsearch, g, inputs, refs, args.trials, compute_bound)
+    retime_interleaved(row, args.rounds)
     torch._dynamo.reset()  # the compiled callables hold their inputs' memory until dynamo forgets them
     return row
+
+
+def timed_records(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every record of the case that holds its timed callable, by a name that says which it is."""
+    fs_rec = row["variants"].get("fusionsearch", {})
+    named = {"copy": row.get("copy_same_bytes", {}), **row["variants"],
+             **{key: fs_rec.get(key, {}) for key in CODEGEN_VARIANTS},
+             **{f"probe {p.get('config')} {p.get('options')}": p for p in fs_rec.get("tile_probe", [])}}
+    return {name: rec for name, rec in named.items() if TIMED in rec}
+
+
+def retime_interleaved(row: dict[str, Any], rounds: int) -> None:
+    """Time every variant of the case again in `rounds` interleaved rounds and make the median over rounds
+    its figure (the first pass, which checked outputs and peak memory, kept as `first_pass`); then drop the
+    callables, so that the row is plain JSON whatever happened."""
+    records = timed_records(row)
+    try:
+        if rounds > 0:
+            by_round = time_interleaved({name: rec[TIMED] for name, rec in records.items()}, rounds=rounds)
+            for name, rec in records.items():
+                if by_round[name]:
+                    rec["first_pass"] = {k: rec.pop(k) for k in ("median_us", "p20_us", "p80_us") if k in rec}
+                    rec["rounds_us"] = by_round[name]
+                    rec["median_us"] = statistics.median(by_round[name])
+    except Exception as e:  # the first pass's figures stand
+        row["rounds_error"] = failure_reason(e)
+    finally:
+        for rec in records.values():
+            rec.pop(TIMED, None)
 
 
 # ---- reporting -----------------------------------------------------------------------------------------
@@ -288,12 +342,20 @@ def trials_cell(rec: dict[str, Any]) -> str:
     return ", ".join(f"{v} {k}" for k, v in sorted(rec.get("counts", {}).items()))
 
 
+def timing_words(report: dict[str, Any]) -> str:
+    """How the run's figures were timed (runs before the interleaved rounds timed each variant once)."""
+    if report.get("rounds"):
+        return (f"median over {report['rounds']} interleaved rounds of do_bench medians (rep 20 ms, L2 flushed; "
+                f"every variant of a case timed once per round)")
+    return "do_bench median (warmup 25 ms, rep 100 ms, L2 flushed; each variant timed once, in turn)"
+
+
 def markdown(report: dict[str, Any]) -> str:
     """suite.md: the run's setting, any failures with their reasons, the table (µs), the geomean line."""
     c = report["ceilings"]
     lines = [f"# fusionsearch benchmark suite: {report['device']}", "",
-             f"torch {report['torch']}, triton {report['triton']}, {report['date']}; bf16; µs, do_bench median "
-             f"(warmup 25 ms, rep 100 ms, L2 flushed). Floor = max(bytes / {c['bandwidth_bytes_per_s'] / 1e12:.2f} "
+             f"torch {report['torch']}, triton {report['triton']}, {report['date']}; bf16; µs, {timing_words(report)}. "
+             f"Floor = max(bytes / {c['bandwidth_bytes_per_s'] / 1e12:.2f} "
              f"TB/s, flops / {c['peak_flops'] / 1e12:.0f} TFLOP/s), both measured in this run. Speedup = baseline "
              f"time / fusionsearch time. ✗: output outside the bf16 tolerance against eager. "
              f"Search: {report['trials']} trials.", ""]
@@ -325,11 +387,18 @@ def markdown(report: dict[str, Any]) -> str:
         cells = [r["case"], f"{r['floor_us']:.1f}", "" if copy_us is None else f"{copy_us:.1f}",
                  *(time_cell(r, v) for v in LABELS), *option_cells,
                  *(ratio_cell(time_of(r, v), fs_us) for v in ("eager", "torch_compile", "max_autotune")),
-                 ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, copy_us),
+                 ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, copy_us if bandwidth_bound(r) else None),
                  ratio_cell(fs_us, time_of(r, "cublas_bare")),
                  peak_cell, search_cell, trials_cell(fs_rec)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", speedup_line(measured), *probe_table(measured)]) + "\n"
+
+
+def bandwidth_bound(row: dict[str, Any]) -> bool:
+    """Whether the case's floor is its bytes (a copy of them takes at least the floor), not its flops: only
+    then is the copy a yardstick for the plan."""
+    copy_us = row.get("copy_same_bytes", {}).get("median_us")
+    return copy_us is not None and copy_us >= row["floor_us"]
 
 
 def probe_table(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -406,6 +475,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trials", type=int, default=32, help="search trials per case (default 32)")
     ap.add_argument("--cases", default="", help="comma-separated indices into REFERENCE_CASES (default: all)")
     ap.add_argument("--out", default="out", help="directory for suite.json, suite.md, suite.png")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved timing rounds per case whose median is each variant's figure (default 5; "
+                         "0: one pass, each variant timed once in turn)")
     ap.add_argument("--skip-max-autotune", action="store_true", help="leave out max-autotune (slow to compile)")
     ap.add_argument("--merge", nargs="+", metavar="SUITE_JSON",
                     help="no GPU: combine the rows of several runs' suite.json (cases split over device calls) "
@@ -417,6 +489,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ap.error(f"--cases takes case indices such as 0,3,8; got {args.cases!r}")
     if any(not 0 <= i < len(REFERENCE_CASES) for i in args.indices):
         ap.error(f"--cases: indices run from 0 to {len(REFERENCE_CASES) - 1}")
+    if args.rounds < 0:
+        ap.error("--rounds must be 0 or more")
     if args.trials < 1:
         ap.error("--trials must be at least 1")
     return args
@@ -463,7 +537,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "trials": args.trials, "skip_max_autotune": args.skip_max_autotune, "ceilings": measure_ceilings(),
+        "trials": args.trials, "rounds": args.rounds, "skip_max_autotune": args.skip_max_autotune,
+        "ceilings": measure_ceilings(),
         "rows": []}
     c = report["ceilings"]
     print(f"ceilings: {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s copy, {c['peak_flops'] / 1e12:.0f} TFLOP/s bf16 mm",

@@ -41,6 +41,33 @@ def time_callable(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 1
     return Timing(med * 1e3, p20 * 1e3, p80 * 1e3, peak_bytes=int(peak))
 
 
+def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 5, warmup_ms: int = 5,
+                     rep_ms: int = 20) -> dict[str, list[float]]:
+    """Per callable, its do_bench median (µs) in each of `rounds` rounds that time every callable once, each
+    round starting one further along: compared callables meet the GPU's clock and thermal state alike, where
+    one pass times each at a different moment (the H200 timed one compute-bound kernel 206 and 223 µs a minute
+    apart). A callable that raises is left out of the rounds that follow."""
+    if not torch.cuda.is_available():
+        raise MeasureError("timing needs a CUDA GPU; on the CPU use the 'interpret' or 'model' backend")
+    import triton.testing
+
+    keys = list(fns)
+    out: dict[str, list[float]] = {k: [] for k in keys}
+    failed: set[str] = set()
+    for r in range(rounds if keys else 0):
+        shift = r % len(keys)
+        for key in keys[shift:] + keys[:shift]:
+            if key in failed:
+                continue
+            try:
+                median_ms = triton.testing.do_bench(fns[key], warmup=warmup_ms, rep=rep_ms, return_mode="median")
+            except Exception:
+                failed.add(key)
+                continue
+            out[key].append(float(median_ms) * 1e3)
+    return out
+
+
 def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25, rep_ms: int = 100,
               **options: object) -> Timing:
     """Time the plan's compiled callable on `inputs`; a kernel that fails to compile or launch gives a failed
