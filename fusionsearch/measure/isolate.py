@@ -168,11 +168,12 @@ def _context_lost(device: str) -> str:
 def _serve(conn: Any, device: str, judge: str) -> None:
     """The measurement worker. Requests: ('graph', spec, inputs, seed, settings) sets up a graph and its inputs
     on the device, answered ('ready', '') or ('setup failed', why); ('judge', plan_json, kernels) is answered
-    (judgement dict, context-lost reason), and the worker exits after answering when its CUDA context is
-    lost; None stops it."""
+    (judgement dict, context-lost reason), ('retime', plan_jsons, rounds) by (measure.judge.retime_plans's
+    dict, context-lost reason); the worker exits after answering when its CUDA context is lost; None stops
+    it."""
     from fusionsearch.graph.reference import random_inputs
     from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.measure.judge import MeasureState
+    from fusionsearch.measure.judge import MeasureState, retime_plans
 
     fn, state, setup_error = None, None, ""
     try:
@@ -200,11 +201,18 @@ def _serve(conn: Any, device: str, judge: str) -> None:
             except Exception as e:
                 conn.send(("setup failed", setup_error or failure_reason(e)))
             continue
-        _, plan_json, kernels = request
-        try:
-            result = fn(state, plan_json, kernels)  # type: ignore[misc]
-        except Exception as e:
-            result = {"ok": False, "reason": f"failed: {failure_reason(e)}"}
+        if request[0] == "retime":
+            _, plan_jsons, rounds = request
+            try:
+                result = retime_plans(state, plan_jsons, rounds)  # type: ignore[arg-type]
+            except Exception as e:
+                result = {"us": [None] * len(plan_jsons), "reason": failure_reason(e)}
+        else:
+            _, plan_json, kernels = request
+            try:
+                result = fn(state, plan_json, kernels)  # type: ignore[misc]
+            except Exception as e:
+                result = {"ok": False, "reason": f"failed: {failure_reason(e)}"}
         lost = _context_lost(device)
         conn.send((result, lost))
         if lost:
@@ -288,6 +296,29 @@ class MeasureWorker:
             return Judgement(False, f"{reason}; the GPU context was lost ({lost}); the measurement worker was "
                              "replaced", judgement.rel_err)
         return judgement
+
+    def retime(self, plan_jsons: Sequence[str], rounds: int = 5) -> list[float | None]:
+        """Plans already judged, timed again side by side in interleaved rounds (measure.judge.retime_plans):
+        each one's median over rounds, None where it could not be timed (also when the worker died or timed
+        out: the search then keeps its first figures)."""
+        if not plan_jsons:
+            return []
+        nothing: list[float | None] = [None] * len(plan_jsons)
+        if self._worker is None or not self._ready:
+            self._set_up()
+        try:
+            self._conn.send(("retime", list(plan_jsons), rounds))
+            if not self._conn.poll(self.timeout_s):
+                self._stop(kill=True)
+                return nothing
+            result, lost = self._conn.recv()
+        except (EOFError, OSError):
+            self._stop(kill=True)
+            return nothing
+        if lost:
+            self._stop(kill=False)
+            return nothing
+        return list(result.get("us", nothing))
 
     def _stop(self, kill: bool) -> int | None:
         """End the worker (killed, or after it exits by itself); its exit code."""

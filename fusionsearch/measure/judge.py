@@ -89,6 +89,30 @@ def judge_plan(state: MeasureState, plan_json: str, kernels: bool = False) -> di
     return out
 
 
+def retime_plans(state: MeasureState, plan_jsons: Sequence[str], rounds: int = 5) -> dict[str, Any]:
+    """Time plans already judged valid again, side by side: `rounds` interleaved rounds (every plan once per
+    round), each plan's figure the median over rounds. {"us": [...]} in the given order (None for a plan
+    that did not compile or run), or {"us": [None, ...], "reason": why} when nothing could be timed."""
+    import statistics
+
+    from fusionsearch.measure.bench import time_interleaved
+    from fusionsearch.search.plan import Plan
+
+    calls: dict[str, Any] = {}
+    for i, plan_json in enumerate(plan_jsons):
+        try:
+            run = Plan.from_json(plan_json, state.graph).compile().module.run
+        except Exception:  # it compiled when it was judged; whatever stops it now leaves it out
+            continue
+        calls[str(i)] = (lambda run=run: run(*state.inputs))
+    try:
+        by_round = time_interleaved(calls, rounds=rounds)
+    except Exception as e:
+        return {"us": [None] * len(plan_jsons), "reason": failure_reason(e, 200)}
+    return {"us": [statistics.median(by_round[str(i)]) if by_round.get(str(i)) else None
+                   for i in range(len(plan_jsons))]}
+
+
 class InProcessJudge:
     """Judges plans in the calling process (SearchOptions.isolate=False): no worker to start, but a kernel
     that faults takes the search with it."""
@@ -98,6 +122,9 @@ class InProcessJudge:
 
     def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
         return Judgement.from_dict(judge_plan(self.state, plan_json, kernels))
+
+    def retime(self, plan_jsons: Sequence[str], rounds: int = 5) -> list[float | None]:
+        return retime_plans(self.state, plan_jsons, rounds)["us"]
 
     def close(self) -> None:
         pass

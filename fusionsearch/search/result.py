@@ -84,6 +84,7 @@ class TuneResult:
         est = estimate(self.best, self.hardware)
         g = self.graph
         how = "measured" if self.backend == "gpu" else f"predicted by the {self.cost_model} cost model"
+        how += self._finalists_words()
         lines = [f"best plan: {self.best_us:.1f} us ({how}, backend {self.backend}); roofline model "
                  f"{est.time_us:.1f} us; {est.bytes_read / 1e6:.2f} MB read, {est.bytes_written / 1e6:.2f} MB written"]
         for k, ke in zip(self.best.kernels, est.per_kernel, strict=True):
@@ -114,13 +115,22 @@ class TuneResult:
             lines.append(f"study {self.study_name} on {self.storage}")
         return "\n".join(lines)
 
+    def _finalists_words(self) -> str:
+        """How the best was chosen when the finalists were timed again side by side (gpu backend)."""
+        finals = [f for f in self.extra.get("finalists", []) if f.get("final_us") is not None]
+        if len(finals) < 2:
+            return ""
+        figures = ", ".join(f"trial {f['trial']} {f['first_us']:.1f} -> {f['final_us']:.1f}" for f in finals)
+        return f" (the {len(finals)} fastest timed again side by side, first -> final us: {figures})"
+
     def report(self, path: str) -> str:
         """A markdown report (best plan, explain, trial table) with the study history as a PNG beside it
         when matplotlib is installed."""
         lines = [f"# fusionsearch report: study {self.study_name}", "",
                  f"- backend: {self.backend}; hardware: {getattr(self.hardware, 'name', '?')}; cost model: "
                  f"{self.cost_model}; sampler: {self.sampler or '?'}",
-                 f"- best: {self.best_us:.2f} us", f"- trials: {len(self.trials)} {self.counts()}", "",
+                 f"- best: {self.best_us:.2f} us{self._finalists_words()}",
+                 f"- trials: {len(self.trials)} {self.counts()}", "",
                  "## Best plan", "", "```", self.best.describe(), "```", "", "## Explain", "", "```",
                  self.explain(), "```", ""]
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # the PNG is written first
@@ -140,6 +150,7 @@ class TuneResult:
         return {"study": self.study_name, "backend": self.backend, "cost_model": self.cost_model,
                 "sampler": self.sampler, "best_us": self.best_us,
                 "best_plan": json.loads(self.best.to_json()), "counts": self.counts(), "elapsed_s": self.elapsed_s,
+                "finalists": self.extra.get("finalists", []),
                 "trials": [t.__dict__ for t in self.trials]}
 
 
