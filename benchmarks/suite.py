@@ -192,7 +192,7 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
     res = run_study(g, SearchOptions(trials=trials, backend="gpu", seed=0), inputs)
     record: dict[str, Any] = {"search_s": time.time() - start, "trials": trials, "counts": res.counts(),
                               "cost_model": res.cost_model, "sampler": res.sampler, "search_best_us": res.best_us,
-                              "plan": res.best.describe()}
+                              "finalists": res.extra.get("finalists", []), "plan": res.best.describe()}
     record.update(measure_plan(res.best, inputs, refs))
     # The same plan generated with the code generator's options that are not yet search choices: do they pay
     # on this case?
