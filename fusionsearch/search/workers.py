@@ -77,6 +77,7 @@ def run_workers(graph_spec: dict[str, Any], options: Any, inputs: Sequence[torch
             # Each worker's sampler draws from its own seed: the same seed would propose the same plans.
             config = {"graph": graph_spec, "inputs": inputs_path, "options": {
                 **dataclasses.asdict(options), "workers": 1, "progress": False, "worker_tag": tag,
+                "finalists": 0,  # the caller times the study's finalists once, after every worker is done
                 "seed": options.seed + 1 + i}}
             path = os.path.join(tmp, f"worker{i}.json")
             with open(path, "w") as f:
