@@ -182,7 +182,7 @@ class PlanModule:
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
                     upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False,
-                    persistent: bool = False) -> PlanModule:
+                    persistent: bool = False, split_epilogue: bool = False) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
@@ -193,7 +193,9 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     (benchmarks/results/h200-2026-12-03-launch-overhead/). `tma_loads`: operand tiles of contiguous 2-D
     tensors read through TMA tensor descriptors (Hopper and later); such inputs must be 16-byte aligned.
     `persistent`: templates without split-K launch one program per multiprocessor, each looping over tiles
-    (so one tile's epilogue and stores can overlap the next tile's loads)."""
+    (so one tile's epilogue and stores can overlap the next tile's loads). `split_epilogue`: each template
+    finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
+    epilogue spills)."""
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
@@ -224,7 +226,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
             step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k,
-                                     tma_loads, persistent)
+                                     tma_loads, persistent, split_epilogue)
         else:
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)
