@@ -53,16 +53,19 @@ LABELS = {"cublas_bare": "cuBLAS bare", "eager": "eager", "torch_compile": "torc
 TIMED = "_timed"  # a record's timed callable, held until the case's interleaved rounds (never written out)
 MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
 # The searched plan again under code generator options (column label, options): operand tiles read through
-# TMA descriptors; persistent templates (one program per multiprocessor looping over tiles); both.
+# TMA descriptors; persistent templates (one program per multiprocessor looping over tiles); both; the
+# epilogue in two column halves.
 CODEGEN_VARIANTS = {"tma_loads": ("same plan, TMA loads", {"tma_loads": True}),
                     "persistent": ("same plan, persistent", {"persistent": True}),
-                    "persistent_tma": ("persistent + TMA", {"persistent": True, "tma_loads": True})}
+                    "persistent_tma": ("persistent + TMA", {"persistent": True, "tma_loads": True}),
+                    "split_epilogue": ("same plan, split epilogue", {"split_epilogue": True})}
 # Compute-bound cases (the floor set by flops): the searched plan again on these large tiles (Inductor's and
-# Triton's tutorials' Hopper picks), each plain, persistent and persistent + TMA: does a tile or template
+# Triton's tutorials' Hopper picks), each plain, with a split epilogue, persistent and persistent + TMA: does
+# a tile or template
 # the search did not pick close the gap to cuBLAS?
 PROBE_CONFIGS = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(256, 128, 64, 8, 1, 8, 3),
                  TileConfig(128, 128, 64, 8, 1, 4, 4))
-PROBE_OPTIONS = {"plain": {}, "persistent": {"persistent": True},
+PROBE_OPTIONS = {"plain": {}, "split epilogue": {"split_epilogue": True}, "persistent": {"persistent": True},
                  "persistent + TMA": {"persistent": True, "tma_loads": True}}
 
 
