@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fusionsearch.search.plan import Plan
-from fusionsearch.search.space import Space
+from fusionsearch.search.space import Space, seed_plans
 
 __all__ = ["RANK_CANDIDATES", "PlanRanking"]
 
@@ -79,10 +79,18 @@ class PlanRanking:
 
 
 def _candidates(space: Space, seed: int) -> list[dict[str, str]]:
+    """The whole space when it is small; otherwise the seed plans (the heuristic and unfused plans on the
+    known-good tile configs, which a random sample of a multi-matmul space almost never contains: swiglu's
+    best measured plan on the H200 is one of them) and a seeded random sample."""
     if space.size() <= RANK_CANDIDATES:
         return list(space.every_params())
     rng, choices, seen = random.Random(seed), space.parameter_choices(), set()
     out = []
+    for params in seed_plans(space):
+        full = {name: params.get(name, options[0]) for name, options in choices.items()}
+        if (key := tuple(full.values())) not in seen:
+            seen.add(key)
+            out.append(full)
     for _ in range(4 * RANK_CANDIDATES):
         params = {name: rng.choice(options) for name, options in choices.items()}
         if (key := tuple(params.values())) not in seen:

@@ -104,3 +104,21 @@ def test_the_fastest_predicted_plans_are_compiled_and_priced_again_with_their_sp
     assert order[:len(blind) - 1] == blind[1:]  # the others keep their order (one did not compile)
     assert PlanRanking(space, fs.costmodel.H200, lambda: _ReadsSpills(), lambda plan: True,
                        compile_top=0).order() == blind
+
+
+def test_a_space_too_large_to_rank_whole_still_ranks_its_seed_plans() -> None:
+    """swiglu at M 2048 has three matmuls of 48 configs each: far over RANK_CANDIDATES, so a random sample is
+    ranked. The heuristic and unfused plans on the known-good configs (on the H200 its best measured plan is
+    one of them) are ranked too; a random sample of ~10^6 combinations would almost never hold them."""
+    from fusionsearch.search.ranked import RANK_CANDIDATES, _candidates
+    from fusionsearch.search.space import seed_plans
+
+    g = fs.workload("swiglu", M=2048, D=4096, H=11008)
+    space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 48)
+    assert space.size() > 50 * RANK_CANDIDATES
+    candidates = _candidates(space, seed=0)
+    assert len(candidates) == RANK_CANDIDATES
+    keys = {tuple(sorted(c.items())) for c in candidates}
+    seeds = seed_plans(space)
+    assert len(seeds) >= 4
+    assert all(tuple(sorted(s.items())) in keys for s in seeds)
