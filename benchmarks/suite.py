@@ -29,6 +29,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -102,8 +103,23 @@ def check_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | N
 
 
 def timing_record(t: Timing) -> dict[str, Any]:
-    """A Timing as JSON fields (median_us, p20_us, p80_us, peak_bytes)."""
-    return {k: v for k, v in dataclasses.asdict(t).items() if k not in ("ok", "reason")}
+    """A Timing as JSON fields (median_us, p20_us, p80_us, peak_bytes), with the GPU's state just after it."""
+    return {**{k: v for k, v in dataclasses.asdict(t).items() if k not in ("ok", "reason")}, "gpu": gpu_state()}
+
+
+GPU_QUERY = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+
+
+def gpu_state() -> dict[str, str]:
+    """The GPU's SM and memory clocks, power draw, temperature and active throttle reasons from nvidia-smi
+    (empty without it): what a time that drifts between two timings of one kernel is read against."""
+    try:
+        done = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader",
+                               f"--id={torch.cuda.current_device()}"], capture_output=True, text=True, timeout=10)
+    except Exception:  # no nvidia-smi, no CUDA device: nothing to read
+        return {}
+    values = [v.strip() for v in done.stdout.strip().split(",")]
+    return dict(zip(GPU_QUERY, values, strict=True)) if done.returncode == 0 and len(values) == len(GPU_QUERY) else {}
 
 
 def attempt(measure: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -280,9 +296,10 @@ def retime_interleaved(row: dict[str, Any], rounds: int) -> None:
     try:
         if rounds > 0:
             by_round = time_interleaved({name: rec[TIMED] for name, rec in records.items()}, rounds=rounds)
+            row["gpu_after_rounds"] = gpu_state()
             for name, rec in records.items():
                 if by_round[name]:
-                    rec["first_pass"] = {k: rec.pop(k) for k in ("median_us", "p20_us", "p80_us") if k in rec}
+                    rec["first_pass"] = {k: rec.pop(k) for k in ("median_us", "p20_us", "p80_us", "gpu") if k in rec}
                     rec["rounds_us"] = by_round[name]
                     rec["median_us"] = statistics.median(by_round[name])
     except Exception as e:  # the first pass's figures stand

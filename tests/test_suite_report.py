@@ -85,3 +85,29 @@ def test_report_uses_the_copy_only_when_bytes_set_the_floor(suite, monkeypatch):
     assert rows["mm M4096"][col] == ""
     probe = next(line for line in md.splitlines() if line.startswith("| mm M4096 | 230.0"))
     assert probe.endswith(f"| {205 / 190:.2f} |")
+
+
+def test_gpu_state_reads_nvidia_smi_and_is_empty_without_it(suite, monkeypatch):
+    import subprocess
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    calls = []
+
+    def smi(args, **kw):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="1980 MHz, 3201 MHz, 612.35 W, 71, 0x0000000000000004\n")
+
+    monkeypatch.setattr(subprocess, "run", smi)
+    assert suite.gpu_state() == {"clocks.sm": "1980 MHz", "clocks.mem": "3201 MHz", "power.draw": "612.35 W",
+                                 "temperature.gpu": "71", "clocks_throttle_reasons.active": "0x0000000000000004"}
+    assert calls[0][0] == "nvidia-smi" and "--id=0" in calls[0]
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: subprocess.CompletedProcess(args, 9, stdout=""))
+    assert suite.gpu_state() == {}
+
+    def missing(args, **kw):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(subprocess, "run", missing)
+    assert suite.gpu_state() == {}
