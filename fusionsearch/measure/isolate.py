@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import logging
 import os
 import signal
 import socket
@@ -28,6 +29,8 @@ import torch
 
 from fusionsearch.errors import MeasureError, failure_reason
 from fusionsearch.measure.judge import Judgement
+
+log = logging.getLogger("fusionsearch.measure")
 
 
 def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
@@ -275,23 +278,33 @@ class MeasureWorker:
             raise MeasureError(f"the measurement worker could not set up the graph and its inputs: {why}")
         self._ready = True
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
-        """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even set up
-        raises MeasureError, which fails the trial)."""
+    def _ask(self, request: tuple[Any, ...]) -> tuple[dict[str, Any], str] | str:
+        """Send one request to the worker (started and set up first if needed) and wait for its answer:
+        (answer, context-lost reason), or why there is none, the worker then replaced."""
         if self._worker is None or not self._ready:
             self._set_up()
         try:
-            self._conn.send(("judge", plan_json, kernels))
+            self._conn.send(request)
             if not self._conn.poll(self.timeout_s):
                 self._stop(kill=True)
-                return Judgement(False, f"timed out after {self.timeout_s:g} s; the measurement worker was replaced")
+                return f"timed out after {self.timeout_s:g} s; the measurement worker was replaced"
             result, lost = self._conn.recv()
         except (EOFError, OSError):
             code = self._stop(kill=True)
-            return Judgement(False, f"failed: the measurement worker died ({_exit_description(code)}); replaced")
-        judgement = Judgement.from_dict(result)
+            return f"failed: the measurement worker died ({_exit_description(code)}); replaced"
         if lost:
             self._stop(kill=False)
+        return result, lost
+
+    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+        """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even set up
+        raises MeasureError, which fails the trial)."""
+        answer = self._ask(("judge", plan_json, kernels))
+        if isinstance(answer, str):
+            return Judgement(False, answer)
+        result, lost = answer
+        judgement = Judgement.from_dict(result)
+        if lost:
             reason = judgement.reason or "failed"
             return Judgement(False, f"{reason}; the GPU context was lost ({lost}); the measurement worker was "
                              "replaced", judgement.rel_err)
@@ -300,25 +313,19 @@ class MeasureWorker:
     def retime(self, plan_jsons: Sequence[str], rounds: int = 5) -> list[float | None]:
         """Plans already judged, timed again side by side in interleaved rounds (measure.judge.retime_plans):
         each one's median over rounds, None where it could not be timed (also when the worker died or timed
-        out: the search then keeps its first figures)."""
+        out: the search then keeps its first figures; the reason is logged)."""
         if not plan_jsons:
             return []
         nothing: list[float | None] = [None] * len(plan_jsons)
-        if self._worker is None or not self._ready:
-            self._set_up()
-        try:
-            self._conn.send(("retime", list(plan_jsons), rounds))
-            if not self._conn.poll(self.timeout_s):
-                self._stop(kill=True)
-                return nothing
-            result, lost = self._conn.recv()
-        except (EOFError, OSError):
-            self._stop(kill=True)
-            return nothing
-        if lost:
-            self._stop(kill=False)
-            return nothing
-        return list(result.get("us", nothing))
+        answer = self._ask(("retime", list(plan_jsons), rounds))
+        if isinstance(answer, str) or answer[1]:
+            why = answer if isinstance(answer, str) else f"the GPU context was lost ({answer[1]})"
+        elif "reason" in answer[0]:
+            why = answer[0]["reason"]
+        else:
+            return list(answer[0].get("us", nothing))
+        log.warning("re-timing %d plans in the measurement worker gave nothing: %s", len(plan_jsons), why)
+        return nothing
 
     def _stop(self, kill: bool) -> int | None:
         """End the worker (killed, or after it exits by itself); its exit code."""

@@ -134,12 +134,15 @@ def test_retime_plans_times_each_plan_in_rounds_in_the_given_order(monkeypatch: 
     assert ran == ["0", "2"]
 
 
-def test_a_measurement_worker_retimes_without_a_gpu_as_nothing() -> None:
+def test_a_measurement_worker_retimes_without_a_gpu_as_nothing(caplog: pytest.LogCaptureFixture) -> None:
     """The worker's side of the protocol: on a CPU device there is nothing to time, so every plan comes back
-    None (the search then keeps its first figures), and the worker still judges plans after it."""
+    None (the search then keeps its first figures) and the timer's own reason is logged (the worker ran
+    retime_plans, not its judge), and the worker still judges plans after it."""
     w = MeasureWorker(G.to_dict(), device="cpu")
     try:
-        assert w.retime(_plans(), rounds=2) == [None, None]
+        with caplog.at_level("WARNING", logger="fusionsearch.measure"):
+            assert w.retime(_plans(), rounds=2) == [None, None]
+        assert "re-timing 2 plans in the measurement worker gave nothing: MeasureError: timing needs a CUDA GPU" in caplog.text
         assert w.retime([], rounds=2) == []
         j = w.judge(_plans()[0])
         assert not j.ok and "GPU" in j.reason and j.rel_err is not None and j.rel_err < 1e-2
