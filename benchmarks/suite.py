@@ -62,8 +62,7 @@ CODEGEN_VARIANTS = {"tma_loads": ("same plan, TMA loads", {"tma_loads": True}),
                     "split_epilogue": ("same plan, split epilogue", {"split_epilogue": True})}
 # Compute-bound cases (the floor set by flops): the searched plan again on these large tiles (Inductor's and
 # Triton's tutorials' Hopper picks), each plain, with a split epilogue, persistent and persistent + TMA: does
-# a tile or template
-# the search did not pick close the gap to cuBLAS?
+# a tile or template the search did not pick close the gap to cuBLAS?
 PROBE_CONFIGS = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(256, 128, 64, 8, 1, 8, 3),
                  TileConfig(128, 128, 64, 8, 1, 4, 4))
 PROBE_OPTIONS = {"plain": {}, "split epilogue": {"split_epilogue": True}, "persistent": {"persistent": True},
@@ -110,6 +109,11 @@ def timing_record(t: Timing) -> dict[str, Any]:
 GPU_QUERY = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
 
 
+def timed_call(call: Callable[[], Any]) -> dict[str, Any]:
+    """The first-pass timing record of `call`, holding the callable for the case's interleaved rounds."""
+    return {**timing_record(time_callable(call)), TIMED: call}
+
+
 def gpu_state() -> dict[str, str]:
     """The GPU's SM and memory clocks, power draw, temperature and active throttle reasons from nvidia-smi
     (empty without it): what a time that drifts between two timings of one kernel is read against."""
@@ -137,10 +141,7 @@ def attempt(measure: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any
 
 def measure_eager(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
     """Eager PyTorch's time and peak memory (bytes beyond what was allocated before the call)."""
-    def call() -> Any:
-        return fn(*inputs)
-
-    return {**timing_record(time_callable(call)), TIMED: call}
+    return timed_call(lambda: fn(*inputs))
 
 
 def eager_vs_float64(refs: Sequence[torch.Tensor], g: OpGraph, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
@@ -160,10 +161,7 @@ def measure_cublas(problems: Sequence[Problem]) -> dict[str, Any]:
         b_shape = (p.k, p.n) if p.batch == 1 else (p.batch, p.k, p.n)
         pairs.append(tuple(torch.randn(s, generator=gen, dtype=torch.bfloat16, device="cuda")
                            for s in (a_shape, b_shape)))
-    def call() -> list[torch.Tensor]:
-        return [torch.matmul(a, b) for a, b in pairs]
-
-    record = {**timing_record(time_callable(call)), TIMED: call}
+    record = timed_call(lambda: [torch.matmul(a, b) for a, b in pairs])
     record["matmuls"] = [dataclasses.asdict(p) for p in problems]
     return record
 
@@ -174,10 +172,7 @@ def measure_copy(nbytes: int) -> dict[str, Any]:
     the floor splits into what a plain stream of its size already costs and what the plan adds."""
     src = torch.empty(max(1, nbytes // 4), dtype=torch.bfloat16, device="cuda").normal_()
     dst = torch.empty_like(src)
-    def call() -> torch.Tensor:
-        return dst.copy_(src)
-
-    record = {**timing_record(time_callable(call)), TIMED: call}
+    record = timed_call(lambda: dst.copy_(src))
     record["bytes"] = 4 * src.numel()
     return record
 
@@ -194,11 +189,7 @@ def measure_compiled(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], ref
         torch.cuda.synchronize()
         record: dict[str, Any] = {"compile_s": time.time() - start, **check_outputs(outs, refs)}
         del outs
-
-        def call() -> Any:
-            return compiled(*inputs)
-
-        record.update({**timing_record(time_callable(call)), TIMED: call})
+        record.update(timed_call(lambda: compiled(*inputs)))
     return record
 
 
@@ -235,11 +226,7 @@ def measure_plan(plan: Any, inputs: Sequence[torch.Tensor], refs: Sequence[torch
     torch.cuda.synchronize()
     record = check_outputs(outs, refs)
     del outs
-
-    def call() -> Any:
-        return run(*inputs)
-
-    record.update({**timing_record(time_callable(call)), TIMED: call})
+    record.update(timed_call(lambda: run(*inputs)))
     return record
 
 

@@ -86,11 +86,10 @@ def _candidates(space: Space, seed: int) -> list[dict[str, str]]:
         return list(space.every_params())
     rng, choices, seen = random.Random(seed), space.parameter_choices(), set()
     out = []
-    for params in seed_plans(space):
-        full = {name: params.get(name, options[0]) for name, options in choices.items()}
-        if (key := tuple(full.values())) not in seen:
+    for params in seed_plans(space):  # full parameter sets (Space.params_for)
+        if (key := tuple(params[name] for name in choices)) not in seen:
             seen.add(key)
-            out.append(full)
+            out.append(params)
     for _ in range(4 * RANK_CANDIDATES):
         params = {name: rng.choice(options) for name, options in choices.items()}
         if (key := tuple(params.values())) not in seen:
