@@ -502,8 +502,7 @@ def _search(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tenso
     timed = [f for f in finals if f["final_us"] is not None]
     if len(timed) > 1:  # side by side, the finalists' order is the one to trust
         pick = min(timed, key=lambda f: f["final_us"])
-        trial = next(t for t in study.trials if t.number == pick["trial"])
-        best = (space.plan(trial.params), pick["final_us"])
+        best = (space.plan(pick["params"]), pick["final_us"])
     model = objective.model
     priced_by = "analytic" if model is None else f"learned ({(model.hardware_ or {}).get('name', 'unknown GPU')})"
     return TuneResult(graph=graph, space=space, best=best[0], best_us=best[1], trials=records, backend=backend,
@@ -694,7 +693,7 @@ def _finish(study: optuna.Study, objective: Objective, trial: optuna.Trial, plan
 
 def _retime_finalists(study: optuna.Study, space: Space, judge: Any, count: int) -> list[dict[str, Any]]:
     """The `count` fastest measured plans (distinct), timed again side by side by the judge: per plan its
-    trial number, first figure and final figure (None where it could not be timed again)."""
+    trial number and parameters, first figure and final figure (None where it could not be timed again)."""
     complete = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None),
                       key=lambda t: t.value)
     chosen: dict[str, Any] = {}
@@ -709,7 +708,7 @@ def _retime_finalists(study: optuna.Study, space: Space, judge: Any, count: int)
     except Exception as e:  # the first figures stand
         log.warning("re-timing the finalists failed: %s", failure_reason(e, 200))
         return []
-    return [{"trial": t.number, "first_us": float(t.value), "final_us": us}
+    return [{"trial": t.number, "params": dict(t.params), "first_us": float(t.value), "final_us": us}
             for t, us in zip(chosen.values(), final, strict=True)]
 
 
