@@ -69,7 +69,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
                          cost_model=args.cost_model, refit_every=args.refit_every,
                          compile_ranked=args.compile_ranked, finalists=args.finalists,
-                         trial_timeout_s=args.trial_timeout)
+                         library=not args.no_library, trial_timeout_s=args.trial_timeout)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
     from fusionsearch.search.study import resolve_backend
@@ -281,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finalists", type=int, default=3,
                    help="on the GPU, time the N fastest measured plans again side by side at the end and keep the "
                         "fastest by that (default 3; 0 never)")
+    p.add_argument("--no-library", action="store_true",
+                   help="Triton templates only: never run a matmul in PyTorch's own matmul (cuBLAS), which the "
+                        "search otherwise may where nothing is fused into it")
     p.add_argument("--trial-timeout", type=float, default=300.0,
                    help="on the GPU, seconds a plan may take to validate and time before its trial fails and its "
                         "measurement worker is replaced (default 300)")

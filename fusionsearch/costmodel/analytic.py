@@ -19,6 +19,7 @@ from fusionsearch.graph.registry import get_op
 from fusionsearch.search.plan import (
     ExternKernel,
     Kernel,
+    LibraryKernel,
     Plan,
     PointwiseKernel,
     TemplateKernel,
@@ -34,6 +35,12 @@ TRANSCENDENTAL_FLOPS = 8  # an op that calls libdevice (exp, erf, tanh, ...) cos
 POINTWISE_WARPS = 4
 MAX_THREADS_PER_SM = 2048
 MAX_CTAS_PER_SM = 32
+
+# A library matmul (cuBLAS) on the H200, inputs already in memory (../shared/anchors, cublas_bare_h200.json):
+# the large problems run at the measured matmul peak (4096^3 in 184.6 us, the 8192^3 peak's 194.6 us floor);
+# the small-M ones take about 10 us more than their bytes at copy bandwidth (M16 K4096 N4096 18.9 us for
+# 7.9; M64 8.1 -> 17.8; M16 K8192 N8192 31.4 -> 43.2). Its time is max(flop / peak, bytes / BW + this).
+LIBRARY_FIXED_US = 10.0
 
 # The prologue-fusion rule lives with the plan's reference heuristics; re-exported so callers find it here.
 prologue_reads_ok = prologue_bytes_ok
@@ -92,6 +99,8 @@ def _kernel(g: OpGraph, k: Kernel, i: int, stored: set[str], hw: Hardware) -> Ke
         return _template(g, k, i, stored, hw)
     if isinstance(k, PointwiseKernel):
         return _pointwise(g, k, i, stored, hw)
+    if isinstance(k, LibraryKernel):
+        return _library(g, k, i, hw)
     return _extern(g, k, i, hw)
 
 
@@ -268,6 +277,20 @@ def _pointwise(g: OpGraph, k: PointwiseKernel, i: int, stored: set[str], hw: Har
     slots = hw.multiprocessors * (MAX_THREADS_PER_SM // (32 * POINTWISE_WARPS))
     return KernelEstimate(i, "pointwise", read, written, flops, max(memory, compute) + hw.launch_us, memory, compute,
                           math.ceil(blocks / slots), blocks)
+
+
+def _library(g: OpGraph, k: LibraryKernel, i: int, hw: Hardware) -> KernelEstimate:
+    """PyTorch's matmul: its operands (and bias) read once, its output written once, at the measured library
+    figures (LIBRARY_FIXED_US); no tile config, so no waves or re-reads."""
+    p = problem(g, k.matmul)
+    ops = template_operands(g, k.matmul)
+    read = sum(g.node(src).nbytes for src in set(ops.values()))
+    written = g.node(k.matmul).nbytes
+    flops = 2 * p.batch * p.m * p.n * p.k + (g.node(k.matmul).numel if "bias" in ops else 0)
+    memory = (read + written) / hw.bandwidth_bytes_per_s * 1e6
+    compute = flops / hw.peak(g.node(ops["A"]).dtype) * 1e6
+    return KernelEstimate(i, "library", read, written, flops, max(memory + LIBRARY_FIXED_US, compute) + hw.launch_us,
+                          memory, compute, 0, 0)
 
 
 def _extern(g: OpGraph, k: ExternKernel, i: int, hw: Hardware) -> KernelEstimate:

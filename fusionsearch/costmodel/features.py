@@ -25,10 +25,10 @@ from fusionsearch.errors import CostModelError, FusionSearchError
 from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.registry import get_op
 from fusionsearch.graph.spec import graph_from_dict
-from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel, template_operands
+from fusionsearch.search.plan import Kernel, Plan, PointwiseKernel, TemplateKernel, template_operands
 
 __all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
-           "kernel_features", "plan_features", "recompute_features", "to_matrix"]
+           "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
 
 FEATURE_SCHEMA_VERSION = 3
 
@@ -120,7 +120,7 @@ def _loaded(g: OpGraph, nodes: Sequence[str]) -> set[str]:
     return {src for n in nodes for src in g.node(n).inputs if src not in inside}
 
 
-def _regions(k: TemplateKernel | PointwiseKernel | ExternKernel) -> dict[str, tuple[str, ...]]:
+def _regions(k: Kernel) -> dict[str, tuple[str, ...]]:
     if isinstance(k, TemplateKernel):
         return {"pro_a": k.prologue_a, "pro_b": k.prologue_b, "epi": k.epilogue, "body": ()}
     if isinstance(k, PointwiseKernel):
@@ -151,7 +151,8 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     stored = plan.stored()[index]
     f: dict[str, float] = dict.fromkeys(FEATURE_NAMES, 0.0)
     f.update(_analytic(ke, hw))
-    f["kind_" + k.kind] = 1.0
+    if k.kind != "library":  # see library_rows
+        f["kind_" + k.kind] = 1.0
 
     upcasts = 0
     for region, nodes in _regions(k).items():
@@ -305,6 +306,14 @@ def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None],
     except (FusionSearchError, ValueError):
         graphs.setdefault(gid, None)
         return None
+
+
+def library_rows(X: np.ndarray) -> np.ndarray:
+    """Which rows are library matmuls (LibraryKernel): schema v3 has no kind bit for them, since no measured
+    dataset holds one, so all their kind bits are zero and the learned model prices them by the analytic
+    model's library figure (ANALYTIC_FEATURE) instead of by its own."""
+    kinds = [FEATURE_NAMES.index(f"kind_{kind}") for kind in ("template", "pointwise", "extern")]
+    return ~X[:, kinds].any(axis=1)
 
 
 def to_matrix(rows: Sequence[Mapping[str, float]]) -> np.ndarray:

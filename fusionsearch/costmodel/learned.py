@@ -29,6 +29,7 @@ from fusionsearch.costmodel.features import (
     COMPILED_FEATURES,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
+    library_rows,
     plan_features,
     to_matrix,
 )
@@ -121,7 +122,7 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
         compiled = _compiled(X) if getattr(self, "compiled_models_", None) else np.zeros(len(X), dtype=bool)
         if compiled.any():
             log_ratio[compiled] = np.mean([m.predict(X[compiled]) for m in self.compiled_models_], axis=0)
-        return np.exp(log_ratio + self._offset(X))
+        return _library_priced(X, np.exp(log_ratio + self._offset(X)))
 
     def _regressor(self) -> HistGradientBoostingRegressor:
         return HistGradientBoostingRegressor(
@@ -276,7 +277,14 @@ class CorrectedModel:
     def predict(self, X: Any) -> np.ndarray:
         """Predicted kernel times (µs), one per feature row."""
         X = LearnedCostModel._check_X(X)
-        return self.base.predict(X) * np.exp(self.correction.predict(_blind(X)))
+        return _library_priced(X, self.base.predict(X) * np.exp(self.correction.predict(_blind(X))))
+
+
+def _library_priced(X: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """`predicted` with the library matmuls' rows at the analytic model's figure (features.library_rows)."""
+    library = library_rows(X)
+    predicted[library] = X[library, FEATURE_NAMES.index(ANALYTIC_FEATURE)]
+    return predicted
 
 
 def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:

@@ -47,8 +47,9 @@ class StudyRefit:
         if len(kernel_us) != len(plan.kernels):
             raise CostModelError(f"{len(kernel_us)} kernel times for a plan of {len(plan.kernels)} kernels")
         X = to_matrix(plan_features(plan, self.hw))
-        for row, t in zip(X, kernel_us, strict=True):
-            if np.isfinite(t) and t > 0:
+        for row, t, k in zip(X, kernel_us, plan.kernels, strict=True):
+            # a library matmul is priced by the analytic model, never by the model being corrected
+            if np.isfinite(t) and t > 0 and k.kind != "library":
                 self._X.append(row)
                 self._y.append(float(t))
         self._since += 1

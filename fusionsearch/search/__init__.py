@@ -2,6 +2,7 @@
 
 from fusionsearch.search.plan import (
     ExternKernel,
+    LibraryKernel,
     Plan,
     PointwiseKernel,
     TemplateKernel,
@@ -12,5 +13,5 @@ from fusionsearch.search.plan import (
     unfused,
 )
 
-__all__ = ["ExternKernel", "Plan", "PointwiseKernel", "TemplateKernel", "TileConfig", "build_plan", "fully_fused",
-           "heuristic", "unfused"]
+__all__ = ["ExternKernel", "LibraryKernel", "Plan", "PointwiseKernel", "TemplateKernel", "TileConfig", "build_plan",
+           "fully_fused", "heuristic", "unfused"]

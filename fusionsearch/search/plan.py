@@ -84,7 +84,20 @@ class ExternKernel:
         return (self.node,)
 
 
-Kernel = TemplateKernel | PointwiseKernel | ExternKernel
+@dataclass(frozen=True)
+class LibraryKernel:
+    """One matmul with nothing fused, run by PyTorch's own matmul (cuBLAS on NVIDIA GPUs): where no prologue
+    or epilogue pays for a Triton template, the vendor library's main loop is the one to beat."""
+
+    matmul: str
+    kind: Literal["library"] = "library"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.matmul,)
+
+
+Kernel = TemplateKernel | PointwiseKernel | ExternKernel | LibraryKernel
 
 
 def produced(k: Kernel) -> tuple[str, ...]:
@@ -187,6 +200,8 @@ class Plan:
                     parts.append(f"epilogue [{', '.join(k.epilogue)}]")
                 parts.append(f"config {k.config.short()}")
                 lines.append("; ".join(parts))
+            elif isinstance(k, LibraryKernel):
+                lines.append(f"{i}: {self.graph.node(k.matmul).op} {k.matmul}; library (PyTorch's matmul: cuBLAS)")
             else:
                 lines.append(f"{i}: {k.kind} [{', '.join(k.nodes)}]")
         return "\n".join(lines)
@@ -230,7 +245,11 @@ def _kernel_from_dict(d: Any, where: str) -> Kernel:
         if not isinstance(d.get("node"), str):
             raise SpecError(f"{where}: 'node' must be a node name")
         return ExternKernel(d["node"])
-    raise SpecError(f"{where}: 'kind' must be template, pointwise or extern, got {kind!r}")
+    if kind == "library":
+        if not isinstance(d.get("matmul"), str):
+            raise SpecError(f"{where}: 'matmul' must be a node name")
+        return LibraryKernel(d["matmul"])
+    raise SpecError(f"{where}: 'kind' must be template, library, pointwise or extern, got {kind!r}")
 
 
 # ---- legality ----------------------------------------------------------------------------------
@@ -283,6 +302,10 @@ def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
     if isinstance(k, ExternKernel):
         if g.node(k.node).kind != "extern":
             raise PlanError(f"{where}: {k.node!r} is a {g.node(k.node).op}, not an extern op")
+        return
+    if isinstance(k, LibraryKernel):
+        if g.node(k.matmul).kind != "template":
+            raise PlanError(f"{where}: {k.matmul!r} is a {g.node(k.matmul).op}, not a matmul")
         return
     if isinstance(k, PointwiseKernel):
         if not k.nodes:
@@ -367,10 +390,12 @@ Decision = tuple[str, ...]  # ("standalone",) | ("epilogue", mm) | ("prologue", 
 
 
 def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
-               recompute: Iterable[str] = ()) -> Plan:
+               recompute: Iterable[str] = (), library: Iterable[str] = ()) -> Plan:
     """Assemble a legal, ordered Plan from per-node decisions for the fusable nodes (default: standalone)
-    and per-matmul tile configs; kernels are ordered by their dependencies."""
+    and per-matmul tile configs; the matmuls in `library` run in PyTorch's matmul (nothing fused into them);
+    kernels are ordered by their dependencies."""
     configs = configs or {}
+    library = set(library)
     groups: dict[str, list[str]] = {}
     pro: dict[tuple[str, str], list[str]] = {}
     epi: dict[str, list[str]] = {}
@@ -393,7 +418,11 @@ def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[s
     kernels: list[Kernel] = []
     for n in order:
         node = g.node(n)
-        if node.kind == "template":
+        if node.kind == "template" and n in library:
+            if pro.get((n, "A")) or pro.get((n, "B")) or epi.get(n):
+                raise PlanError(f"matmul {n!r} runs in PyTorch's matmul (the library), so nothing can be fused into it")
+            kernels.append(LibraryKernel(n))
+        elif node.kind == "template":
             kernels.append(TemplateKernel(n, tuple(pro.get((n, "A"), ())), tuple(pro.get((n, "B"), ())),
                                           tuple(epi.get(n, ())), configs.get(n, default_config(g, n))))
         elif node.kind == "extern":

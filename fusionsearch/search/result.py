@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import Plan, TemplateKernel
+from fusionsearch.search.plan import LibraryKernel, Plan, TemplateKernel
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,8 @@ class TuneResult:
                         head += f"\n      prologue {side}: {root} not fused ({why})"
                 if k.epilogue:
                     head += f"\n      epilogue: {', '.join(k.epilogue)} fused"
+            elif isinstance(k, LibraryKernel):
+                head += f" {g.node(k.matmul).op} {k.matmul} [PyTorch's matmul: cuBLAS; nothing fused]"
             else:
                 head += f" [{', '.join(k.nodes)}]"
             head += (f"\n      {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "

@@ -2,7 +2,9 @@
 
 A group is a connected set of fusable nodes between matmuls (and graph inputs/outputs). Each group runs
 standalone, as the epilogue of a matmul that produces one of its inputs, or as the prologue of a consuming
-matmul's A or B operand; only options legal on their own are offered, combinations are checked per trial."""
+matmul's A or B operand; only options legal on their own are offered, combinations are checked per trial.
+A matmul's choices are its tile configs and, in a space built with `library=True`, PyTorch's own matmul
+(cuBLAS), legal only where nothing is fused into it."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from fusionsearch.search.plan import (
 )
 
 STANDALONE = "standalone"
+LIBRARY = "library"  # a matmul's config choice: run it in PyTorch's matmul (cuBLAS), nothing fused
 
 # Configs that won the H200 sweeps of benchmarks/plans_gpu.py (bf16): always candidates, and seeded.
 # Small M: the first three from the search's runs; the rest the best of benchmarks/tile_sweep_gpu.py on the
@@ -53,24 +56,27 @@ class Group:
 
 @dataclass(frozen=True)
 class Space:
-    """Everything a trial chooses: one option per group, one tile config per matmul."""
+    """Everything a trial chooses: one option per group, one tile config (or the library) per matmul."""
 
     graph: OpGraph
     groups: tuple[Group, ...]
     matmuls: tuple[str, ...]  # node names; mm keys are "mm<i>"
     configs: tuple[tuple[TileConfig, ...], ...]
+    library: bool = False  # each matmul may also run in PyTorch's matmul (the LIBRARY choice)
 
     def mm_key(self, name: str) -> str:
         return f"mm{self.matmuls.index(name)}"
 
     def size(self) -> int:
         """Number of distinct (fusion, config) combinations."""
-        return math.prod(len(g.options) for g in self.groups) * math.prod(len(c) for c in self.configs)
+        return math.prod(len(g.options) for g in self.groups) * math.prod(len(c) + self.library for c in self.configs)
 
     def parameter_choices(self) -> dict[str, tuple[str, ...]]:
-        """Each trial parameter's name and its choices: one fusion option per group, one config per matmul."""
+        """Each trial parameter's name and its choices: one fusion option per group, one config (or the
+        library) per matmul."""
         out = {f"{grp.key}.fusion": tuple(grp.options) for grp in self.groups}
-        out.update({f"mm{i}.config": tuple(c.short() for c in cfgs) for i, cfgs in enumerate(self.configs)})
+        lib = (LIBRARY,) if self.library else ()
+        out.update({f"mm{i}.config": (*(c.short() for c in cfgs), *lib) for i, cfgs in enumerate(self.configs)})
         return out
 
     def suggest(self, trial: Any) -> dict[str, str]:
@@ -108,15 +114,18 @@ class Space:
     def plan(self, params: Mapping[str, object]) -> Plan:
         """The plan for a full set of trial parameters; PlanError when the combination is illegal."""
         decisions = self.decisions({k: str(v) for k, v in params.items() if k.endswith(".fusion")})
-        configs = {}
+        configs, library = {}, []
         for i, mm in enumerate(self.matmuls):
             label = params.get(f"mm{i}.config")
+            if label == LIBRARY and self.library:
+                library.append(mm)
             configs[mm] = next((c for c in self.configs[i] if c.short() == label), self.configs[i][0])
-        return build_plan(self.graph, decisions, configs)
+        return build_plan(self.graph, decisions, configs, library=library)
 
-    def params_for(self, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None
-                   ) -> dict[str, str]:
-        """Trial parameters reproducing whole-group decisions (used to seed the study with known plans)."""
+    def params_for(self, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
+                   library: bool = False) -> dict[str, str]:
+        """Trial parameters reproducing whole-group decisions (used to seed the study with known plans);
+        `library`: every matmul on the LIBRARY choice (where the space offers it)."""
         params: dict[str, str] = {}
         for grp in self.groups:
             opts = {_decision(self, o, grp.key): o for o in grp.options}
@@ -127,14 +136,17 @@ class Space:
         for i, mm in enumerate(self.matmuls):
             cfg = (configs or {}).get(mm, self.configs[i][0])
             params[f"mm{i}.config"] = cfg.short() if cfg in self.configs[i] else self.configs[i][0].short()
+            if library and self.library:
+                params[f"mm{i}.config"] = LIBRARY
         return params
 
     def describe(self) -> str:
         lines = [f"{len(self.groups)} fusion groups, {len(self.matmuls)} matmuls, {self.size():,} combinations"]
         for grp in self.groups:
             lines.append(f"  {grp.key} [{', '.join(grp.nodes)}]: {', '.join(grp.options)}")
+        lib = " or the library (PyTorch's matmul)" if self.library else ""
         for i, mm in enumerate(self.matmuls):
-            lines.append(f"  mm{i} {mm}: {len(self.configs[i])} tile configs")
+            lines.append(f"  mm{i} {mm}: {len(self.configs[i])} tile configs{lib}")
         return "\n".join(lines)
 
 
@@ -198,8 +210,9 @@ def known_good(g: OpGraph, mm: str) -> tuple[TileConfig, ...]:
 
 
 def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
-                    configs: Mapping[str, tuple[TileConfig, ...]] | None = None) -> Space:
-    """Build the candidate space of a graph: legal options per group, tile configs per matmul."""
+                    configs: Mapping[str, tuple[TileConfig, ...]] | None = None, library: bool = False) -> Space:
+    """Build the candidate space of a graph: legal options per group, tile configs per matmul (and with
+    `library`, PyTorch's matmul as one more choice for each)."""
     matmuls = tuple(g.nodes_of_kind("template"))
     groups_nodes = fusion_groups(g)
     cfgs = tuple((configs or {}).get(mm) or config_candidates(g, mm, fits, max_configs) for mm in matmuls)
@@ -225,7 +238,7 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
                 continue
             legal.append(opt)
         groups.append(Group(key, nodes, tuple(legal)))
-    return Space(g, tuple(groups), matmuls, cfgs)
+    return Space(g, tuple(groups), matmuls, cfgs, library)
 
 
 def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, Plan] | None = None
@@ -233,11 +246,12 @@ def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, 
     """Up to `count` distinct legal plans drawn uniformly (one option per group, one config per matmul),
     added to `plans` (keyed by plan JSON) when given; illegal draws are skipped, 20 draws a plan at most."""
     plans = {} if plans is None else plans
+    config_choices = {name: c for name, c in space.parameter_choices().items() if name.endswith(".config")}
     for _ in range(20 * count):
         if len(plans) >= count:
             break
         params = {f"{grp.key}.fusion": rng.choice(grp.options) for grp in space.groups}
-        params |= {f"mm{i}.config": rng.choice(cfgs).short() for i, cfgs in enumerate(space.configs)}
+        params |= {name: rng.choice(choices) for name, choices in config_choices.items()}
         try:
             plan = space.plan(params)
         except PlanError:
@@ -248,7 +262,8 @@ def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, 
 
 def seed_plans(space: Space) -> list[dict[str, str]]:
     """Parameters of the plans every study starts from: all unfused, and the heuristic (epilogues fused,
-    prologues by the bytes rule), each with the default and the first two known-good tile configs."""
+    prologues by the bytes rule), each with the default and the first two known-good tile configs; where the
+    space offers the library, also all unfused with every matmul in it (what eager PyTorch runs)."""
     g = space.graph
     fused = fused_decisions(g, prologue_bytes_ok)
     seeds = [space.params_for({}), space.params_for(fused)]
@@ -259,4 +274,6 @@ def seed_plans(space: Space) -> list[dict[str, str]]:
             if good:
                 configs[mm] = good[j % len(good)]
         seeds += [space.params_for(fused, configs), space.params_for({}, configs)]
+    if space.library:
+        seeds.append(space.params_for({}, library=True))
     return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]

@@ -66,6 +66,9 @@ class SearchOptions:
     # gpu backend: the N fastest measured plans are timed again side by side (interleaved rounds) at the end
     # and the fastest by that wins: a plan's first figure can be a lucky moment of the GPU (0 or 1: off)
     finalists: int = 3
+    # each matmul may also run in PyTorch's own matmul (cuBLAS) where nothing is fused into it, so the search
+    # can always fall back to what eager PyTorch runs (False: Triton templates only)
+    library: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -76,6 +79,8 @@ class SearchOptions:
                                                 or not isinstance(self.compile_ranked, int) or self.compile_ranked < 0):
             raise SpecError(f"compile_ranked must be a whole number of plans (0: none) or None, "
                             f"got {self.compile_ranked!r}")
+        if not isinstance(self.library, bool):
+            raise SpecError(f"library must be True or False, got {self.library!r}")
         if isinstance(self.finalists, bool) or not isinstance(self.finalists, int) or self.finalists < 0:
             raise SpecError(f"finalists must be a whole number of plans (0: none), got {self.finalists!r}")
         if isinstance(self.refit_every, bool) or not isinstance(self.refit_every, int) or self.refit_every < 0:
@@ -442,7 +447,8 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     url = f"sqlite:///{os.path.join(own_storage, 'study.db')}" if own_storage else options.storage
     try:
         hw = hw or Hardware.detect()
-        space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs)
+        space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs,
+                                library=options.library)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         storage = make_storage(url, options.heartbeat_s) or optuna.storages.InMemoryStorage()

@@ -51,7 +51,7 @@ class SimulatedGPU:
 
 def search(gpu: Any, finalists: int = 3) -> Any:
     opts = SearchOptions(trials=16, backend="gpu", sampler="random", cost_model="analytic", compile_workers=0,
-                         prune_margin=100.0, max_configs=8, finalists=finalists, seed=3)
+                         prune_margin=100.0, max_configs=8, finalists=finalists, seed=3, library=False)
     return run_study(G, opts, judge=gpu)
 
 
@@ -142,7 +142,8 @@ def test_a_measurement_worker_retimes_without_a_gpu_as_nothing(caplog: pytest.Lo
     try:
         with caplog.at_level("WARNING", logger="fusionsearch.measure"):
             assert w.retime(_plans(), rounds=2) == [None, None]
-        assert "re-timing 2 plans in the measurement worker gave nothing: MeasureError: timing needs a CUDA GPU" in caplog.text
+        assert ("re-timing 2 plans in the measurement worker gave nothing: MeasureError: timing needs a CUDA GPU"
+                in caplog.text)
         assert w.retime([], rounds=2) == []
         j = w.judge(_plans()[0])
         assert not j.ok and "GPU" in j.reason and j.rel_err is not None and j.rel_err < 1e-2

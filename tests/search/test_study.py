@@ -101,7 +101,7 @@ def _fusion(t: object) -> str:
 @pytest.mark.parametrize("backend", ["model", "interpret"])
 def test_bytes_rule_keeps_the_cast_prologue_out_of_every_judged_trial(backend: str) -> None:
     g = fs.workload("cast_mm", **SMALL["cast_mm"])  # bf16: the fp32 input is twice the operand's bytes
-    res = run_study(g, SearchOptions(trials=12, backend=backend))
+    res = run_study(g, SearchOptions(trials=12, backend=backend, library=False))  # the library: its own test
     judged = [t for t in res.trials if t.status in ("estimated", "validated", "measured")]
     assert judged and not any(_fusion(t) == "prologue:mm0:A" for t in judged)
     proposed = [t for t in res.trials if _fusion(t) == "prologue:mm0:A"]
@@ -157,7 +157,7 @@ def test_tpe_finds_the_exhaustive_optimum_of_a_small_space() -> None:
     best_us, best_plans = _ground_truth(g, max_configs=2)
     size = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2).size()
     res = run_study(g, SearchOptions(trials=max(16, 3 * size), backend="model", sampler="tpe", seed=3,
-                                     max_configs=2))
+                                     max_configs=2, library=False))
     assert res.space.size() == size
     assert res.best_us == best_us
     assert res.best in best_plans
@@ -167,11 +167,24 @@ def test_brute_force_and_tpe_agree_on_a_small_space() -> None:
     g = _small_space_graph()
     best_us, best_plans = _ground_truth(g, max_configs=2)
     size = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2).size()
-    tpe = run_study(g, SearchOptions(trials=max(16, 3 * size), backend="model", sampler="tpe", max_configs=2))
-    brute = run_study(g, SearchOptions(trials=size, backend="model", sampler="brute", max_configs=2))
+    tpe = run_study(g, SearchOptions(trials=max(16, 3 * size), backend="model", sampler="tpe", max_configs=2,
+                                     library=False))
+    brute = run_study(g, SearchOptions(trials=size, backend="model", sampler="brute", max_configs=2, library=False))
     assert len({tuple(sorted(t.params.items())) for t in brute.trials}) == size  # every combination once
     assert brute.best_us == tpe.best_us == best_us
     assert brute.best == tpe.best or (brute.best in best_plans and tpe.best in best_plans)
+
+
+def test_brute_force_searches_pytorchs_matmul_as_one_more_choice() -> None:
+    g = _small_space_graph()
+    space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2, library=True)
+    priced = [(estimate(p).time_us, p) for _, p in space.distinct_plans()]
+    assert any(k.kind == "library" for _, p in priced for k in p.kernels)
+    brute = run_study(g, SearchOptions(trials=space.size(), backend="model", sampler="brute", max_configs=2))
+    assert brute.space.size() == space.size()
+    assert brute.best_us == min(t for t, _ in priced)
+    illegal = [t for t in brute.trials if t.params.get("mm0.config") == "library" and _fusion(t) != "standalone"]
+    assert illegal and all(t.state == "pruned" and "nothing can be fused" in t.reason for t in illegal)
 
 
 def test_the_ranked_sampler_measures_the_cost_models_fastest_plans_first() -> None:
@@ -214,9 +227,11 @@ def test_brute_force_short_of_exhausting_tries_distinct_combinations() -> None:
 
 def test_max_configs_gives_the_study_a_small_space() -> None:
     g = _small_space_graph()
-    res = run_study(g, SearchOptions(trials=4, backend="model", max_configs=5))
+    res = run_study(g, SearchOptions(trials=4, backend="model", max_configs=5, library=False))
     assert all(len(c) == 5 for c in res.space.configs)
     assert res.space.size() == 2 * 5
+    res = run_study(g, SearchOptions(trials=4, backend="model", max_configs=5))  # and PyTorch's matmul
+    assert res.space.size() == 2 * 6
 
 
 # ---- workers on shared storage -----------------------------------------------------------------
