@@ -173,6 +173,32 @@ def _launch_lines(gk: GeneratedKernel, args: list[str], site: int, record: bool)
             f"    _run, _fn, _md = fast[{site}]", f"    _run({', '.join(direct)})"]
 
 
+def _freeing(plan: Plan, body: list[str], starts: list[int], buf: dict[str, str], allocated: set[str]) -> list[str]:
+    """`body` with each intermediate buffer deleted after the last kernel that reads it, so the caching
+    allocator can reuse its memory within the call (eager PyTorch frees a temporary at its last use; a plan
+    holding every intermediate to the end peaks higher: swiglu M2048's three 45 MB intermediates). `steps`
+    keeps them all: its per-kernel callables run again over the same buffers."""
+    g = plan.graph
+    last: dict[str, int] = {}
+    for i, k in enumerate(plan.kernels):
+        inside = set(k.nodes)
+        for n in k.nodes:
+            last.setdefault(n, i)  # a value nothing reads again is freed after the kernel writing it
+            for src in g.node(n).inputs:
+                if src not in inside:
+                    last[src] = i
+    frees: dict[int, list[str]] = {}
+    for n in sorted(allocated - set(g.inputs) - set(g.outputs), key=list(buf).index):
+        if n in last:
+            frees.setdefault(last[n], []).append(buf[n])
+    out: list[str] = []
+    for i, begin in enumerate(starts):
+        out += body[begin:starts[i + 1] if i + 1 < len(starts) else len(body)]
+        if frees.get(i):
+            out.append(f"    del {', '.join(frees[i])}")
+    return out
+
+
 def library_call(g: OpGraph, mm: str, buf: dict[str, str]) -> str:
     """The PyTorch call computing matmul node `mm` (a LibraryKernel) from its operands' buffers: the graph's
     matmul ops are torch's own, so this is their definition, run by cuBLAS on NVIDIA GPUs. Only numbers from
@@ -230,7 +256,9 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     body: list[str] = []
     launches: list[list[str]] = []  # per plan kernel, the statements that run it again on the same buffers
     allocated = set(g.inputs)
+    starts: list[int] = []  # where each plan kernel's lines begin in `body`
     for i, k in enumerate(plan.kernels):
+        starts.append(len(body))
         body.append(f"    # step {i}: {k.kind}")
         if isinstance(k, ExternKernel):
             node = g.node(k.node)
@@ -297,7 +325,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         device_line = next(i for i, line in enumerate(head) if line.startswith("    device = "))
         head[device_line + 1:device_line + 1] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
-    run = ["def run(*inputs, poison=False):", *head, *body, "    _remember(key, launched)", f"    return {outputs}"]
+    run = ["def run(*inputs, poison=False):", *head, *_freeing(plan, body, starts, buf, allocated),
+           "    _remember(key, launched)", f"    return {outputs}"]
     steps = ["def steps(*inputs, poison=False):",
              '    """Run the plan once, then return (one callable per plan kernel, outputs) over its buffers."""',
              *head, *body, "    _remember(key, launched)", "    if fast is None and key is not None:",

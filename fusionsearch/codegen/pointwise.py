@@ -11,6 +11,7 @@ from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import PointwiseKernel
 
 XBLOCK = 1024
+NUM_WARPS = 4
 
 
 def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: str,
@@ -40,7 +41,8 @@ def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: s
     head.line(f"def {name}({', '.join(params)}):")
     head.splice(src)
     grid = (max(1, math.ceil(numel / XBLOCK)), 1, 1)
-    return GeneratedKernel(name, head.text(), buffers.args, grid, {"XBLOCK": XBLOCK}, num_warps=4, num_stages=1)
+    return GeneratedKernel(name, head.text(), buffers.args, grid, {"XBLOCK": XBLOCK}, num_warps=NUM_WARPS,
+                          num_stages=1)
 
 
 def _flat_index(src: Source, shape: tuple[int, ...], suffix: str) -> tuple[Idx, ...]:
