@@ -97,7 +97,8 @@ def main() -> None:
         data = json.load(open(path))
         c = data["case"]
         g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
-        space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), data["max_configs"])
+        space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), data["max_configs"],
+                                library=data.get("library", False))
         times = {r["plan"]: (r["median_us"] if r["median_us"] else math.inf) for r in data["plans"]}
         plans = {pj: Plan.from_json(pj, g) for pj in times}
         best = min(times.values())

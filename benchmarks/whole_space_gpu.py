@@ -30,12 +30,12 @@ from fusionsearch.search.study import SearchOptions, run_study
 
 
 def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list[dict], best: float,
-           workers: int, compile_ranked: int | None = None) -> dict:
+           workers: int, compile_ranked: int | None = None, library: bool = False) -> dict:
     """The product's search on this case with a tenth of the space as trials; its pick is looked up in the
     whole-space timings (same process, same inputs) so that regret compares like with like."""
     trials = math.ceil(plans / 10)
     opts = SearchOptions(trials=trials, backend="gpu", max_configs=max_configs, compile_workers=workers,
-                         compile_ranked=compile_ranked)
+                         compile_ranked=compile_ranked, library=library)  # the space measured whole
     res = run_study(g, opts, inputs=inputs)
     whole = {r["plan"]: r["median_us"] for r in rows}
     pick = whole.get(res.best.to_json())
@@ -44,7 +44,8 @@ def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list
             "best_live_us": res.best_us, "pick": res.best.to_json(), "pick_whole_space_us": pick or float("nan"),
             "regret": (pick - best) / best if pick else float("nan"), "elapsed_s": res.elapsed_s,
             "refits": sum("refitted" in t.refit for t in res.trials), "cost_model": res.cost_model,
-            "sampler": res.sampler, "trial_records": [t.__dict__ for t in res.trials]}
+            "sampler": res.sampler, "finalists": res.extra.get("finalists", []),
+            "trial_records": [t.__dict__ for t in res.trials]}
 
 
 def main() -> None:
@@ -58,6 +59,8 @@ def main() -> None:
     ap.add_argument("--search", action="store_true", help="also search each case with a tenth of its space")
     ap.add_argument("--compile-ranked", type=int, default=None,
                     help="the search's --compile-ranked (default: 2 x trials; 0: rank with the blind model only)")
+    ap.add_argument("--library", action="store_true",
+                    help="spaces (and searches) with PyTorch's matmul as one more choice per matmul")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     pool = CompilePool(args.workers)
@@ -67,7 +70,7 @@ def main() -> None:
         t0 = time.time()
         g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
         k = args.swiglu_configs if c["workload"] == "swiglu" else args.max_configs
-        space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), k)
+        space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), k, library=args.library)
         plans = [plan for _, plan in space.distinct_plans()]
         failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
         inputs = fs.random_inputs(g, seed=0, device="cuda")
@@ -89,11 +92,12 @@ def main() -> None:
         ok = [r["median_us"] for r in rows if r["median_us"]]
         name = case_name(c)
         best = min(ok) if ok else float("nan")
-        record = {"case": c, "name": name, "space_size": space.size(), "max_configs": k,
+        record = {"case": c, "name": name, "space_size": space.size(), "max_configs": k, "library": args.library,
                   "hardware": hardware_signature(), "plans": rows}
         line = f"{name:<40} plans {len(plans):>4}  ok {len(ok):>4}  best {best:8.1f} us  {time.time() - t0:5.0f} s"
         if args.search:
-            record["search"] = search(g, k, len(plans), inputs, rows, best, args.workers, args.compile_ranked)
+            record["search"] = search(g, k, len(plans), inputs, rows, best, args.workers, args.compile_ranked,
+                                      args.library)
             s = record["search"]
             line += (f"  search: {s['measured']} measured, pick {s['pick_whole_space_us']:.1f} us on the whole-space "
                      f"timings (regret {100 * s['regret']:.2f}%), {s['elapsed_s']:.0f} s")
