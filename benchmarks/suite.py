@@ -12,7 +12,8 @@ case's minutes, and one pass met each variant at a different moment. Every compi
 max-autotune, the plan) is checked against eager's output with the project's tolerance for its dtype; a
 variant that fails the check is reported, one that raises (compile error, OOM) records its reason, and the
 suite goes on. Peak memory is the most allocated during one call beyond what was allocated before it
-(eager and the plan).
+(eager and the plan). The searched plan's kernels are also timed each alone (suite.json: `kernels`), so
+that their sum can be read against the whole plan's time.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/suite.py --out $OUT
 (--trials 32, --cases 0,3,8 for a subset, --skip-max-autotune when its compile time does not fit.)
@@ -44,7 +45,7 @@ from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_nam
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
-from fusionsearch.measure.bench import measure_ceilings, time_interleaved
+from fusionsearch.measure.bench import kernel_times, measure_ceilings, time_interleaved
 from fusionsearch.search.plan import TileConfig
 from fusionsearch.search.study import SearchOptions, run_study
 
@@ -205,6 +206,9 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
                               "cost_model": res.cost_model, "sampler": res.sampler, "search_best_us": res.best_us,
                               "finalists": res.extra.get("finalists", []), "plan": res.best.describe()}
     record.update(measure_plan(res.best, inputs, refs))
+    # Each kernel of the plan timed alone (the plan's `steps`): their sum against the whole plan's time says
+    # whether a gap to eager lies in a kernel or between kernels (host time, a cold L2 after the flush).
+    record["kernels"] = attempt(kernels_alone, res.best, inputs)
     # The same plan generated with the code generator's options that are not yet search choices: do they pay
     # on this case? (Not where every matmul of the plan runs in the library: nothing to generate differently.)
     templated = any(k.kind == "template" for k in res.best.kernels)
@@ -217,6 +221,12 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
                                 for cfg in PROBE_CONFIGS if all(fits(g, mm, cfg) for mm in g.nodes_of_kind("template"))
                                 for label, options in PROBE_OPTIONS.items()]
     return record
+
+
+def kernels_alone(plan: Any, inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """The median time (µs) of each kernel of `plan` run alone over the plan's buffers, and their sum."""
+    times = kernel_times(plan, inputs, warmup_ms=25, rep_ms=100)
+    return {"kernels_us": times, "sum_us": sum(times)}
 
 
 def measure_plan(plan: Any, inputs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | None,
