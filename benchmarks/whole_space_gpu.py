@@ -7,7 +7,9 @@ Run on the GPU machine:  PYTHONPATH=. python benchmarks/whole_space_gpu.py --out
 Single-matmul cases keep --max-configs tile configs per matmul, three-matmul swiglu --swiglu-configs.
 --search also runs the real search on each case in the same process, after the whole space: the default
 sampler and cost model (on an H200: the shipped learned model, ranked order, refitted as it measures) with a
-tenth of the space as its trials; its pick is scored on the whole-space measurements."""
+tenth of the space as its trials; its pick is scored on the whole-space measurements. --refit-every 4,0
+searches each case once per setting of the search's correction (every 4 measured plans, never), one after
+the other on the same measurements: the first is the case file's `search`, all of them its `searches`."""
 
 from __future__ import annotations
 
@@ -30,12 +32,13 @@ from fusionsearch.search.study import SearchOptions, run_study
 
 
 def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list[dict], best: float,
-           workers: int, compile_ranked: int | None = None, library: bool = False) -> dict:
+           workers: int, compile_ranked: int | None = None, library: bool = False, refit_every: int = 4) -> dict:
     """The product's search on this case with a tenth of the space as trials; its pick is looked up in the
     whole-space timings (same process, same inputs) so that regret compares like with like."""
     trials = math.ceil(plans / 10)
     opts = SearchOptions(trials=trials, backend="gpu", max_configs=max_configs, compile_workers=workers,
-                         compile_ranked=compile_ranked, library=library)  # the space measured whole
+                         compile_ranked=compile_ranked, library=library,  # the space measured whole
+                         refit_every=refit_every)
     res = run_study(g, opts, inputs=inputs)
     whole = {r["plan"]: r["median_us"] for r in rows}
     pick = whole.get(res.best.to_json())
@@ -43,7 +46,8 @@ def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list
     return {"trials": trials, "measured": len(measured), "pruned": sum(t.state == "pruned" for t in res.trials),
             "best_live_us": res.best_us, "pick": res.best.to_json(), "pick_whole_space_us": pick or float("nan"),
             "regret": (pick - best) / best if pick else float("nan"), "elapsed_s": res.elapsed_s,
-            "refits": sum("refitted" in t.refit for t in res.trials), "cost_model": res.cost_model,
+            "refit_every": refit_every, "refits": sum("refitted" in t.refit for t in res.trials),
+            "cost_model": res.cost_model,
             "sampler": res.sampler, "finalists": res.extra.get("finalists", []),
             "trial_records": [t.__dict__ for t in res.trials]}
 
@@ -61,7 +65,10 @@ def main() -> None:
                     help="the search's --compile-ranked (default: 2 x trials; 0: rank with the blind model only)")
     ap.add_argument("--library", action="store_true",
                     help="spaces (and searches) with PyTorch's matmul as one more choice per matmul")
+    ap.add_argument("--refit-every", default="4",
+                    help="the search's --refit-every; several (4,0) search each case once per setting")
     args = ap.parse_args()
+    refits = [int(r) for r in args.refit_every.split(",")]
     os.makedirs(args.out, exist_ok=True)
     pool = CompilePool(args.workers)
     for ci, c in enumerate(REFERENCE_CASES):
@@ -96,11 +103,13 @@ def main() -> None:
                   "hardware": hardware_signature(), "plans": rows}
         line = f"{name:<40} plans {len(plans):>4}  ok {len(ok):>4}  best {best:8.1f} us  {time.time() - t0:5.0f} s"
         if args.search:
-            record["search"] = search(g, k, len(plans), inputs, rows, best, args.workers, args.compile_ranked,
-                                      args.library)
-            s = record["search"]
-            line += (f"  search: {s['measured']} measured, pick {s['pick_whole_space_us']:.1f} us on the whole-space "
-                     f"timings (regret {100 * s['regret']:.2f}%), {s['elapsed_s']:.0f} s")
+            record["searches"] = [search(g, k, len(plans), inputs, rows, best, args.workers, args.compile_ranked,
+                                         args.library, r) for r in refits]
+            record["search"] = record["searches"][0]
+            for s in record["searches"]:
+                line += (f"  search (refit every {s['refit_every']}): {s['measured']} measured, pick "
+                         f"{s['pick_whole_space_us']:.1f} us on the whole-space timings (regret "
+                         f"{100 * s['regret']:.2f}%), {s['elapsed_s']:.0f} s")
         with open(os.path.join(args.out, f"case{ci}.json"), "w") as f:
             json.dump(record, f)
         print(line, flush=True)
