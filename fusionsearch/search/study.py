@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import shutil
 import sys
@@ -229,23 +228,13 @@ def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in params.items()))
 
 
-# Every third ranked trial measures, instead of the model's next plan, the model's best plan not yet taken
-# among those on the best measured plan's tile configs: another fusion of the tiles that measured fastest.
-# What a fusion does to a template's registers and spills is where the model errs most; the live searches'
-# worst miss (mm_bias_gelu M4096, whole-space runs e and f) was the epilogue fused on the best measured
-# plan's own 128x256x64 tiles, 8% faster than it and never measured.
-NEIGHBOUR_EVERY = 3
-
-
 class _RankedSampler(optuna.samplers.BaseSampler):
     """Optuna sampler over a PlanRanking: a trial's parameters are those of the fastest-predicted plan not
-    yet taken by any trial of the study (re-ranked when `version_of()` changes, i.e. the model was refitted),
-    every `neighbour_every`-th trial the fastest-predicted one on the best measured plan's tile configs;
+    yet taken by any trial of the study (re-ranked when `version_of()` changes, i.e. the model was refitted);
     once every candidate is taken, parameters are drawn at random."""
 
-    def __init__(self, ranking: PlanRanking, version_of: Callable[[], int], seed: int = 0,
-                 neighbour_every: int = NEIGHBOUR_EVERY) -> None:
-        self.ranking, self.version_of, self.neighbour_every = ranking, version_of, neighbour_every
+    def __init__(self, ranking: PlanRanking, version_of: Callable[[], int], seed: int = 0) -> None:
+        self.ranking, self.version_of = ranking, version_of
         self._order: list[dict[str, str]] | None = None
         self._version: int | None = None
         self._picked: dict[int, dict[str, str] | None] = {}
@@ -259,33 +248,19 @@ class _RankedSampler(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study: optuna.Study, trial: Any, param_name: str, param_distribution: Any) -> Any:
         if trial.number not in self._picked:
-            self._picked[trial.number] = self._next(study, trial.number)
+            self._picked[trial.number] = self._next(study)
         params = self._picked[trial.number]
         if params is None or param_name not in params:
             return self._random.sample_independent(study, trial, param_name, param_distribution)
         return params[param_name]
 
-    def _next(self, study: optuna.Study, number: int) -> dict[str, str] | None:
+    def _next(self, study: optuna.Study) -> dict[str, str] | None:
         version = self.version_of()
         if self._order is None or version != self._version:
             self._order, self._version = self.ranking.order(), version
-        trials = study.get_trials(deepcopy=False)
-        taken = {_key(t.params) for t in trials} | {_key(p) for p in self._picked.values() if p is not None}
-        order = [p for p in self._order if _key(p) not in taken]
-        if self.neighbour_every and number % self.neighbour_every == self.neighbour_every - 1:
-            measured = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
-                        and t.value is not None and math.isfinite(t.value)]
-            if measured:
-                tiles = _tiles(min(measured, key=lambda t: t.value).params)
-                near = next((p for p in order if _tiles(p) == tiles), None)
-                if near is not None:
-                    return near
-        return order[0] if order else None
-
-
-def _tiles(params: dict[str, Any]) -> dict[str, str]:
-    """A plan's tile-config choices (one per matmul), without its fusion choices."""
-    return {k: str(v) for k, v in params.items() if k.endswith(".config")}
+        taken = {_key(t.params) for t in study.get_trials(deepcopy=False)}
+        taken |= {_key(p) for p in self._picked.values() if p is not None}
+        return next((p for p in self._order if _key(p) not in taken), None)
 
 
 class Objective:

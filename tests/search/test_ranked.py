@@ -1,6 +1,5 @@
 """The ranked sampler: trials take the cost model's fastest-predicted plans in order, never one twice, and
-re-rank what is left when the model changes (a refit); every third takes the fastest-predicted plan on the
-best measured plan's tile configs."""
+re-rank what is left when the model changes (a refit)."""
 
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ def test_trials_take_the_next_untaken_plan_and_follow_a_refitted_model() -> None
     state: dict[str, Any] = {"model": None, "version": 0}
     ranking = PlanRanking(space, fs.costmodel.H200, lambda: state["model"], lambda plan: True)
     analytic_order = ranking.order()
-    study = optuna.create_study(sampler=RankedSampler(ranking, lambda: state["version"], neighbour_every=0))
+    study = optuna.create_study(sampler=RankedSampler(ranking, lambda: state["version"]))
     taken = []
     for _ in range(3):
         trial = study.ask()
@@ -66,41 +65,6 @@ def test_trials_take_the_next_untaken_plan_and_follow_a_refitted_model() -> None
         study.tell(trial, 1.0)
     keys = [tuple(sorted(p.items())) for p in taken]
     assert len(set(keys)) == len(keys) == len(ranking)
-
-
-def test_every_third_trial_takes_the_best_predicted_plan_on_the_best_measured_plans_tiles() -> None:
-    """Measured times that disagree with the ranking: the third trial leaves the ranking's next plan for the
-    fastest-predicted untaken plan on the tiles of the best measured one (another fusion of them), the
-    fourth and fifth follow the ranking again, the sixth looks at the (new) best's tiles; no plan twice."""
-    from fusionsearch.search.study import NEIGHBOUR_EVERY, _tiles
-
-    assert NEIGHBOUR_EVERY == 3
-    space = _space()
-    ranking = PlanRanking(space, fs.costmodel.H200, lambda: None, lambda plan: True)
-    order = ranking.order()
-    study = optuna.create_study(sampler=RankedSampler(ranking, lambda: 0))
-    measured = {0: 3.0, 1: 2.0, 3: 5.0, 4: 1.0}  # trial number -> its time; the rest 9.0
-    taken: list[dict[str, str]] = []
-    for number in range(6):
-        trial = study.ask()
-        taken.append(space.suggest(trial))
-        study.tell(trial, measured.get(number, 9.0))
-    keys = [tuple(sorted(p.items())) for p in taken]
-    assert len(set(keys)) == len(keys) == 6
-
-    def expected(number: int) -> dict[str, str]:
-        """The rule, written out: the ranking's first untaken plan, on a third trial the first untaken plan
-        on the tiles of the fastest trial measured before it (when one is left)."""
-        left = [p for p in order if p not in taken[:number]]
-        if number % 3 == 2:
-            best = min(range(number), key=lambda i: measured.get(i, 9.0))
-            near = [p for p in left if _tiles(p) == _tiles(taken[best])]
-            if near:
-                return near[0]
-        return left[0]
-
-    assert [expected(n) for n in range(6)] == taken
-    assert taken[2] != order[2] and _tiles(taken[2]) == _tiles(taken[1])  # trial 1 measured fastest
 
 
 class _ReadsSpills:
