@@ -51,7 +51,7 @@ class SearchOptions:
     bytes_rule: float | None = 1.1
     max_configs: int = 48
     progress: bool = False
-    compile_workers: int | None = None  # gpu backend: parallel compile processes (None: cores - 1, 0: none)
+    compile_workers: int | None = None  # gpu backend: parallel compile processes (None: cores - 1, at most 8; 0: none)
     heartbeat_s: int = 10  # RDB storages: a worker silent for 3 heartbeats has its trial failed and retried
     cost_model: str = "auto"  # auto: the shipped learned model when it matches this GPU, else analytic
     refit_every: int = 4  # gpu backend with a learned model: correct it on this search's kernels every N plans
