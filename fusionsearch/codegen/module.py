@@ -226,7 +226,8 @@ class PlanModule:
 
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
                     upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False,
-                    persistent: bool = False, split_epilogue: bool = False) -> PlanModule:
+                    persistent: bool = False, split_epilogue: bool = False,
+                    warp_specialize: bool = False) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
@@ -239,7 +240,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     `persistent`: templates without split-K launch one program per multiprocessor, each looping over tiles
     (so one tile's epilogue and stores can overlap the next tile's loads). `split_epilogue`: each template
     finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
-    epilogue spills)."""
+    epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
+    loop (load and MMA warps apart) instead of the flattened one."""
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
@@ -278,7 +280,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
             step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k,
-                                     tma_loads, persistent, split_epilogue)
+                                     tma_loads, persistent, split_epilogue, warp_specialize)
         else:
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)

@@ -83,9 +83,11 @@ def _output_index(g: OpGraph, mm: str, t: _Tile) -> tuple[Idx, ...]:
     return (t.m_row, t.n_col)
 
 
-def _header(src: Source, title: str, p: Problem, split: int, persistent: bool = False) -> Source:
+def _header(src: Source, title: str, p: Problem, split: int, persistent: bool = False,
+            warp_specialize: bool = False) -> Source:
     """The tile's indices from the program id; returns the block the tile's code goes in: `src`, or with
-    `persistent` the body of a loop over tiles (program i takes tiles i, i + programs, ...; grouped order)."""
+    `persistent` the body of a loop over tiles (program i takes tiles i, i + programs, ...; grouped order),
+    with `warp_specialize` one that Triton splits into producer and consumer warps."""
     src.line(f"# {title}")
     src.line(f"M = {p.m}")
     src.line(f"N = {p.n}")
@@ -95,7 +97,13 @@ def _header(src: Source, title: str, p: Problem, split: int, persistent: bool = 
     src.line("pid_b = tl.program_id(2)")
     src.line("num_pid_m = tl.cdiv(M, BLOCK_M)")
     src.line("num_pid_n = tl.cdiv(N, BLOCK_N)")
-    if persistent:
+    if persistent and warp_specialize:
+        # Triton's warp specialisation: load warps feed the MMA warps through shared memory (Hopper: without
+        # flatten, which Triton supports there only for Blackwell's warp specialisation).
+        src.line("for pid in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), "
+                 "warp_specialize=True):")
+        src = src.child(1)
+    elif persistent:
         # flatten: Triton pipelines the tile loop and the K loop as one, so a tile's epilogue overlaps the
         # next tile's first loads.
         src.line("for pid in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=True):")
@@ -187,13 +195,15 @@ def _tile_loads(g: OpGraph, mm: str, side: str, t: _Tile, k_start: str) -> TileL
 def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
                       upcast_prologue: bool = False, upcast_epilogue: bool = True,
                       serial_split_k: bool = True, tma_loads: bool = False,
-                      persistent: bool = False, split_epilogue: bool = False) -> list[GeneratedKernel]:
+                      persistent: bool = False, split_epilogue: bool = False,
+                      warp_specialize: bool = False) -> list[GeneratedKernel]:
     """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
     or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
     runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split).
     With `tma_loads`, operand tiles of contiguous 2-D tensors are read through TMA tensor descriptors. With
     `persistent` (no split-K only), at most one program per multiprocessor, each looping over tiles. With
-    `split_epilogue`, the epilogue finishes the tile in two column halves (fewer live registers)."""
+    `split_epilogue`, the epilogue finishes the tile in two column halves (fewer live registers). With
+    `warp_specialize` (persistent only), Triton's warp-specialised tile loop instead of the flattened one."""
     cfg = k.config
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
@@ -209,7 +219,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     persistent = persistent and split == 1
     src = _header(kernel_src, f"fusionsearch template kernel: {mm_node.op}, prologue A {len(k.prologue_a)} ops, "
                               f"B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} ops, {cfg.short()}"
-                              + (", persistent" if persistent else ""), p, split, persistent)
+                              + (", persistent" if persistent else ""), p, split, persistent, warp_specialize)
     src.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     hoist = src.child()
     loop = src.child(1)

@@ -88,3 +88,17 @@ def test_direct_launches_of_a_persistent_template_compute_what_the_first_call_di
     assert log == ["direct"]
     assert torch.equal(again[0], first[0])
     assert not torch.isnan(first[0]).any()
+
+
+@pytest.mark.parametrize("tma", [False, True], ids=["pointer-loads", "tma-loads"])
+@pytest.mark.parametrize("name,shape", CASES[:3], ids=[c[0] for c in CASES[:3]])
+def test_warp_specialised_persistent_templates_match_the_reference(name: str, shape: dict[str, int],
+                                                                   tma: bool) -> None:
+    """`warp_specialize`: the tile loop is Triton's warp-specialised one (not flattened); what it computes is
+    the same (on the GPU Triton splits it into load and MMA warps; whether that pays is measured there)."""
+    g = fs.workload(name, dtype=torch.float16, **shape)
+    plan = with_config(P.fully_fused(g), block_m=16, block_n=16, block_k=16, group_m=2)
+    source = plan.compile(persistent=True, tma_loads=tma, warp_specialize=True).source
+    assert source.count("tl.num_programs(0), warp_specialize=True):") == 1 and "flatten=True" not in source
+    v = validate(plan, g, persistent=True, tma_loads=tma, warp_specialize=True)
+    assert v.ok, v.reason
