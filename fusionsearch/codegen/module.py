@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.pointwise import generate_pointwise
 from fusionsearch.codegen.templates import generate_template
-from fusionsearch.errors import PlanError
+from fusionsearch.errors import CodegenError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import dtype_name
 from fusionsearch.search.plan import ExternKernel, LibraryKernel, Plan, PointwiseKernel, TemplateKernel
@@ -242,6 +242,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
     epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
     loop (load and MMA warps apart) instead of the flattened one."""
+    if warp_specialize and not persistent:
+        raise CodegenError("warp_specialize splits a persistent template's tile loop: it needs persistent=True")
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}

@@ -102,3 +102,11 @@ def test_warp_specialised_persistent_templates_match_the_reference(name: str, sh
     assert source.count("tl.num_programs(0), warp_specialize=True):") == 1 and "flatten=True" not in source
     v = validate(plan, g, persistent=True, tma_loads=tma, warp_specialize=True)
     assert v.ok, v.reason
+
+
+def test_warp_specialize_without_persistent_is_refused_in_one_line() -> None:
+    from fusionsearch.errors import CodegenError
+
+    g = fs.workload("mm_bias_gelu", dtype=torch.float16, M=37, K=64, N=40)
+    with pytest.raises(CodegenError, match="needs persistent=True"):
+        P.fully_fused(g).compile(warp_specialize=True)
