@@ -85,7 +85,7 @@ class TuneResult:
         g = self.graph
         how = "measured" if self.backend == "gpu" else f"predicted by the {self.cost_model} cost model"
         how += self._finalists_words()
-        lines = [f"best plan: {self.best_us:.1f} us ({how}, backend {self.backend}); roofline model "
+        lines = [f"best plan: {self.best_us:.1f} us ({how}, backend {self.backend}); analytic model "
                  f"{est.time_us:.1f} us; {est.bytes_read / 1e6:.2f} MB read, {est.bytes_written / 1e6:.2f} MB written"]
         for k, ke in zip(self.best.kernels, est.per_kernel, strict=True):
             head = f"  kernel {ke.index}: {k.kind}"
@@ -105,8 +105,9 @@ class TuneResult:
                 head += f" {g.node(k.matmul).op} {k.matmul} [PyTorch's matmul: cuBLAS; nothing fused]"
             else:
                 head += f" [{', '.join(k.nodes)}]"
+            figure = "library figure (cuBLAS's measured rates)" if isinstance(k, LibraryKernel) else "roofline model"
             head += (f"\n      {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "
-                     f"{ke.flops / 1e9:.2f} GFLOP, roofline model {ke.time_us:.1f} us")
+                     f"{ke.flops / 1e9:.2f} GFLOP, {figure} {ke.time_us:.1f} us")
             lines.append(head)
         counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items()))
         lines.append(f"trials: {len(self.trials)} ({counts}); search took {self.elapsed_s:.1f} s")

@@ -164,3 +164,18 @@ def test_the_learned_model_prices_library_matmuls_by_the_analytic_figure() -> No
     assert times[0] == pytest.approx(own[:len(plans[0].kernels)].sum())
     fixed = correct(model, train, rng.uniform(5, 50, len(train)))  # a refitted model keeps the library figures
     assert plan_times_us(fixed, plans, H200)[2] == pytest.approx(lib_us + fixed.predict(rest).sum())
+
+
+def test_explain_names_the_library_figure_for_a_library_matmul() -> None:
+    """A library kernel's predicted time is the analytic library figure, not a roofline: explain says which."""
+    import dataclasses
+
+    from fusionsearch.search.study import SearchOptions, run_study
+
+    g = _matmul_graphs(torch.float32)[0]
+    res = dataclasses.replace(run_study(g, SearchOptions(trials=2, backend="model", library=True)),
+                              best=_library_everywhere(g))
+    kernels = res.explain().split("  kernel ")[1:]
+    assert [k.split(":")[1].split()[0] for k in kernels] == ["library", "pointwise"]
+    assert "library figure (cuBLAS's measured rates)" in kernels[0] and "roofline model" not in kernels[0]
+    assert "roofline model" in kernels[1] and "library figure" not in kernels[1]
