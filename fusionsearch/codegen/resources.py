@@ -25,7 +25,7 @@ from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 
-__all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_resources"]
+__all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_resources", "resources_pool"]
 
 # Triton's pointer element types by torch dtype.
 _POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
@@ -55,21 +55,30 @@ def plan_resources(plan: Any, arch: int = 90, **options: Any) -> list[KernelReso
             for k in plan.kernels]
 
 
-def many_plan_resources(plans: list[Any], arch: int = 90, workers: int | None = None
+def many_plan_resources(plans: list[Any], arch: int = 90, workers: int | None = None, pool: Any = None
                         ) -> list[list[KernelResources | None] | None]:
-    """plan_resources of many plans, compiled in `workers` fresh processes (default: every core but one);
-    None for a plan that does not compile (Triton's error belongs to its trial, not to this)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+    """plan_resources of many plans, compiled in `workers` fresh processes (default: every core but one), or in
+    `pool` (a resources_pool(), kept by a caller that compiles batch after batch); None for a plan that does not
+    compile (Triton's error belongs to its trial, not to this)."""
     if not plans:
         return []
     requests = [_request(p, arch, {}) for p in plans]
-    count = max(1, min(len(plans), workers or (os.cpu_count() or 2) - 1))
-    # spawn: the caller may hold a CUDA context, which a forked child must not inherit
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+    if pool is not None:
         found = list(pool.map(_resources_of_request, requests))
+    else:
+        with resources_pool(min(len(plans), workers or (os.cpu_count() or 2) - 1)) as own:
+            found = list(own.map(_resources_of_request, requests))
     return [None if f is None else [None if r is None else KernelResources(**r) for r in f] for f in found]
+
+
+def resources_pool(workers: int | None = None) -> Any:
+    """A process pool for many_plan_resources (`workers` processes, default every core but one)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    count = max(1, workers or (os.cpu_count() or 2) - 1)
+    # spawn: the caller may hold a CUDA context, which a forked child must not inherit
+    return ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
 
 
 def _request(plan: Any, arch: int, options: dict[str, Any]) -> str:

@@ -123,3 +123,23 @@ def test_a_sigkilled_collection_resumes_losing_nothing(tmp_path: Path) -> None:
     keys = [(r["graph_id"], r["plan_id"], r["kernel_index"]) for r in after]
     assert len(keys) == len(set(keys)), "a resumed collection measured a plan twice"
     assert len({r["graph_id"] for r in after}) == 6
+
+
+def test_collect_records_each_templates_compiled_resources_as_plan_resources_finds_them(tmp_path: Path) -> None:
+    """resources=True compiles each graph's plans for sm_90 in a pool kept for the collection; every template row
+    carries what compiling that plan alone finds, in its row and its features."""
+    from fusionsearch.codegen.resources import plan_resources
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.plan import Plan
+
+    path = str(tmp_path / "m.jsonl.gz")
+    collect(path, CollectOptions(graphs=1, **{**OPTS, "plans_per_graph": 2}, resources=True))
+    rows = read_rows(path)
+    templates = [r for r in rows if r["kernel_kind"] == "template"]
+    assert templates and all(r["resources"] is None for r in rows if r["kernel_kind"] != "template")
+    for r in templates:
+        plan = Plan.from_dict(r["plan"], graph_from_dict(r["graph"]))
+        alone = plan_resources(plan)[r["kernel_index"]]
+        assert r["resources"] == {"registers": alone.registers, "stack_bytes": alone.stack_bytes,
+                                  "shared_bytes": alone.shared_bytes}
+        assert r["features"]["registers"] == alone.registers > 0
