@@ -8,12 +8,14 @@ figures `fusionsearch costmodel train` reports, same folds):
   - with --compiled: the same cross-validation (one model per fold) without and with each template kernel's
     compile-time figures (registers, stack bytes, shared memory compiled for sm_90; the rows carry them since
     feature schema v3), to show what they add;
+  - with --learning-curve: the compiled figures with each fold's model fitted on 1/4, 1/2, 3/4 and all of its
+    training graphs, to tell a model short of data from one short of features;
   - with --retest OLDER_DATASET: a test-retest bound, the older collection's times of the same plans used as
     the "prediction" of this one's (plans without split-K only, whose generated code did not change between
     the two), so that measurement noise and model error can be told apart.
 
     python benchmarks/costmodel_breakdown.py fusionsearch/datasets/data/h200-measurements.jsonl.gz \\
-        [--compiled] [--retest OLDER.jsonl.gz]"""
+        [--compiled] [--retest OLDER.jsonl.gz] [--learning-curve]"""
 
 from __future__ import annotations
 
@@ -100,12 +102,18 @@ def compiled_columns(X: np.ndarray) -> np.ndarray:
     return X[:, [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]]
 
 
-def one_model_cv(X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def one_model_cv(X: np.ndarray, y: np.ndarray, groups: np.ndarray, graph_share: float = 1.0, seed: int = 0
+                 ) -> np.ndarray:
     """Held-out predictions (µs) of one boosted model per fold on log(time / roofline), any number of columns
-    (the shipped model's hyperparameters, one bag)."""
+    (the shipped model's hyperparameters, one bag), each fold's model fitted on a seeded `graph_share` of its
+    training graphs."""
     offset = np.log(np.maximum(column(X, ANALYTIC_FEATURE), 1e-3))
     pred = np.full(len(y), np.nan)
     for train, test in cv_splits(groups, 5):
+        if graph_share < 1.0:
+            names = np.unique(groups[train])
+            keep = np.random.default_rng(seed).choice(names, max(1, round(len(names) * graph_share)), replace=False)
+            train = train[np.isin(groups[train], keep)]
         model = HistGradientBoostingRegressor(learning_rate=0.1, max_iter=300, max_leaf_nodes=31, min_samples_leaf=10,
                                               early_stopping=False, random_state=0)
         model.fit(X[train], np.log(y[train]) - offset[train])
@@ -130,11 +138,29 @@ def with_compiled(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[d
         by_operand_bits(X, rows, figures)
 
 
+def learning_curve(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[dict[str, Any]],
+                   every: list[dict[str, Any]], seeds: int = 3) -> None:
+    """The same held-out figures with each fold's model fitted on a share of its training graphs (mean over
+    `seeds` draws of the share): how the figures grow with the number of graphs measured."""
+    folds = len(cv_splits(groups, 5))
+    graphs = len(np.unique(groups))
+    print(f"learning curve (compiled figures, one model per fold, mean over {seeds} draws of the training graphs):")
+    for share in (0.25, 0.5, 0.75, 1.0):
+        draws = [[g for g in _figures(every, rows, one_model_cv(X, y, groups, share, seed), X)["per_graph"]]
+                 for seed in range(seeds if share < 1.0 else 1)]
+        means = {m: np.mean([np.nanmean([g[m] for g in d]) for d in draws]) for m in METRICS}
+        trained = round(graphs * (folds - 1) / folds * share)
+        print(f"  {share:4.2f} of the training graphs (~{trained} graphs): "
+              + "  ".join(f"{m} {v:.3f}" for m, v in means.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("data")
     ap.add_argument("--compiled", action="store_true", help="also cross-validate with compile-time figures")
     ap.add_argument("--retest", help="an older dataset of the same graphs (e.g. from git history)")
+    ap.add_argument("--learning-curve", action="store_true",
+                    help="also cross-validate on shares of the training graphs (compiled figures)")
     args = ap.parse_args()
     X, y, groups, rows, every = _load(args.data)
     _, _, blind = _oof_predictions(X, y, groups, 5, {})  # as the search prices plans it has not compiled
@@ -147,6 +173,8 @@ def main() -> None:
         with_compiled(X, y, groups, rows, every)
     if args.retest:
         retest(args.data, args.retest)
+    if args.learning_curve:
+        learning_curve(X, y, groups, rows, every)
 
 
 if __name__ == "__main__":
