@@ -1,7 +1,9 @@
 """Regret versus measurements, replayed from whole_space_gpu.py's H200 measurements (CPU; no GPU needed).
 
 A search that measures plan p observes exactly the time measured for p in the whole-space run. Strategies:
-learned (measure plans in the shipped model's predicted order), learned+refit (the same, the model corrected
+learned (measure plans in the shipped model's predicted order, blind to compiled figures), with --compiled
+"learned, compiled" (the live search's first ranking: the 2 x budget plans ranked first compiled for sm_90 on
+this CPU and priced again with their registers, spills and shared memory), learned+refit (the same, the model corrected
 on the plans measured so far every --refit-every plans and the rest re-ranked, as the search's ranked sampler
 does; a multi-kernel plan's measured time is split over its kernels in proportion to their predictions, where
 the live search times each kernel alone), analytic (the roofline model's order), TPE (Optuna's sampler over
@@ -19,6 +21,7 @@ import math
 import os
 import random
 
+import numpy as np
 import optuna
 import torch
 
@@ -28,6 +31,7 @@ from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, H200
 from fusionsearch.costmodel.learned import load, per_plan, plan_time_us, plans_matrix
 from fusionsearch.costmodel.refit import StudyRefit
 from fusionsearch.search.plan import Plan
+from fusionsearch.search.ranked import compile_fastest
 from fusionsearch.search.space import enumerate_space
 
 
@@ -77,6 +81,16 @@ def refit_order(model: object, plans: dict[str, Plan], times: dict[str, float], 
     return order
 
 
+def compiled_order(model: object, plans: dict[str, Plan], top: int) -> list[str]:
+    """The live search's first ranking: the `top` plans the blind model puts first compiled for sm_90 (on this
+    CPU) and priced again with their compiled figures, then every plan in predicted order."""
+    keys = list(plans)
+    X, starts = plans_matrix([plans[k] for k in keys], H200)
+    compile_fastest(model, [plans[k] for k in keys], X, starts, H200, top)
+    predicted = per_plan(model.predict(X), starts)
+    return [keys[i] for i in np.argsort(predicted, kind="stable")]
+
+
 def mean_curves(curves: list[list[float]]) -> list[float]:
     return [sum(c[i] for c in curves) / len(curves) for i in range(len(curves[0]))]
 
@@ -87,6 +101,9 @@ def main() -> None:
     ap.add_argument("--out", default="out")
     ap.add_argument("--model", default=DEFAULT_MODEL_PATH)
     ap.add_argument("--refit-every", type=int, default=4)
+    ap.add_argument("--compiled", action="store_true",
+                    help="also the live search's ranking: the 2 x budget plans ranked first compiled for sm_90 "
+                         "(on this CPU, ~1 s a plan) and priced again")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.makedirs(args.out, exist_ok=True)
@@ -104,9 +121,11 @@ def main() -> None:
         best = min(times.values())
         n = math.ceil(len(times) / 10)
         learned = sorted(times, key=lambda pj: plan_time_us(model, plans[pj], H200))
+        compiled = compiled_order(model, plans, 2 * n) if args.compiled else None
         analytic = sorted(times, key=lambda pj: estimate(plans[pj], H200).time_us)
         refitted = refit_order(model, plans, times, n, args.refit_every)
         curves = {"learned": curve([times[p] for p in learned], best),
+                  **({"learned, compiled": curve([times[p] for p in compiled], best)} if compiled else {}),
                   "learned+refit": curve([times[p] for p in refitted], best),
                   "analytic": curve([times[p] for p in analytic], best)}
         rng = random.Random(0)

@@ -16,7 +16,7 @@ import numpy as np
 from fusionsearch.search.plan import Plan
 from fusionsearch.search.space import Space, seed_plans
 
-__all__ = ["RANK_CANDIDATES", "PlanRanking"]
+__all__ = ["RANK_CANDIDATES", "PlanRanking", "compile_fastest"]
 
 RANK_CANDIDATES = 4096  # the whole space is ranked up to this size, a seeded random sample of it beyond
 
@@ -51,31 +51,35 @@ class PlanRanking:
         if self._features is None:
             self._features = plans_matrix(self._plans, self.hw)
             if self.compile_top > 0:
-                self._compile_fastest(model)
+                self.compiled += compile_fastest(model, self._plans, *self._features, self.hw, self.compile_top,
+                                                 self.arch)
         X, starts = self._features
         return per_plan(model.predict(X), starts)
-
-    def _compile_fastest(self, model: Any) -> None:
-        """Compile the `compile_top` plans predicted fastest for the GPU (on the CPU, in parallel) and give
-        them their templates' registers, spills and shared memory, which the learned model reads where it
-        has them (a plan that does not compile keeps its prediction; its trial will say why)."""
-        from fusionsearch.codegen.resources import many_plan_resources
-        from fusionsearch.costmodel.features import FEATURE_NAMES, plan_features
-        from fusionsearch.costmodel.learned import per_plan
-
-        assert self._features is not None
-        X, starts = self._features
-        first = np.argsort(per_plan(model.predict(X), starts), kind="stable")[:self.compile_top]
-        bounds = np.concatenate([[0], starts, [len(X)]])
-        for i, found in zip(first, many_plan_resources([self._plans[i] for i in first], self.arch), strict=True):
-            if found is not None:
-                rows = plan_features(self._plans[i], self.hw, found)
-                X[bounds[i]:bounds[i + 1]] = [[f[name] for name in FEATURE_NAMES] for f in rows]
-                self.compiled += 1
 
     def order(self) -> list[dict[str, str]]:
         """The candidates' parameters, fastest predicted first."""
         return [self.params[i] for i in np.argsort(self.predicted_us(), kind="stable")]
+
+
+def compile_fastest(model: Any, plans: list[Plan], X: np.ndarray, starts: np.ndarray, hw: Any, top: int,
+                    arch: int = 90) -> int:
+    """Compile the `top` plans `model` predicts fastest for the GPU (on the CPU, in parallel) and write their
+    templates' registers, spills and shared memory into their rows of `X` (plans_matrix's rows of `plans`,
+    in place), which the learned model reads where it has them; returns how many plans compiled (one that
+    does not keeps its prediction; its trial will say why)."""
+    from fusionsearch.codegen.resources import many_plan_resources
+    from fusionsearch.costmodel.features import FEATURE_NAMES, plan_features
+    from fusionsearch.costmodel.learned import per_plan
+
+    first = np.argsort(per_plan(model.predict(X), starts), kind="stable")[:top]
+    bounds = np.concatenate([[0], starts, [len(X)]])
+    compiled = 0
+    for i, found in zip(first, many_plan_resources([plans[i] for i in first], arch), strict=True):
+        if found is not None:
+            rows = plan_features(plans[i], hw, found)
+            X[bounds[i]:bounds[i + 1]] = [[f[name] for name in FEATURE_NAMES] for f in rows]
+            compiled += 1
+    return compiled
 
 
 def _candidates(space: Space, seed: int) -> list[dict[str, str]]:
