@@ -30,7 +30,7 @@ from fusionsearch.search.plan import Kernel, Plan, PointwiseKernel, TemplateKern
 __all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
            "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
 
-FEATURE_SCHEMA_VERSION = 3
+FEATURE_SCHEMA_VERSION = 4
 
 # The analytic model's kernel time (µs): the baseline the learned model corrects and is compared against.
 ANALYTIC_FEATURE = "roofline_us"
@@ -38,7 +38,9 @@ ANALYTIC_FEATURE = "roofline_us"
 _REGIONS = ("pro_a", "pro_b", "epi", "body")  # prologue A, prologue B, epilogue (templates); body (pointwise)
 _OP_CLASSES = ("pointwise", "layout", "indexing", "fp32")  # fp32: pointwise ops that call libdevice
 
-COMPILED_FEATURES = ("registers", "stack_bytes", "shared_kib_compiled")
+COMPILED_FEATURES = ("registers", "stack_bytes", "shared_kib_compiled",
+                     # v4: from the machine code (SASS)
+                     "sass_instructions", "loop_instructions", "loops", "loop_local_ops", "other_local_ops")
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the analytic model's figures for the kernel (bytes, flop, µs, counts)
@@ -65,8 +67,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     "pro_a_work", "pro_b_work", "epi_work", "pro_a_per_thread", "pro_b_per_thread",
     "pro_a_source_bits", "pro_b_source_bits", "a_k_contiguous", "b_k_contiguous", "b_n_contiguous",
     # the template compiled for its GPU (v3; codegen/resources.py): registers and stack (spill) bytes per thread,
-    # shared memory (KiB). NaN where the kernel was not compiled for this (a search pricing a whole space);
-    # zero for pointwise and extern kernels
+    # shared memory (KiB); v4: its SASS instructions, those inside loops, its loops, and its local-memory
+    # (spill) ops inside and outside loops. NaN where the kernel was not compiled for this (a search pricing a
+    # whole space, a record from before v4); zero for pointwise and extern kernels
     *COMPILED_FEATURES,
 )
 
@@ -191,8 +194,15 @@ def compiled_features(resources: KernelResources | None) -> dict[str, float]:
     """The COMPILED_FEATURES of a template: its resources, or NaN for each when it was not compiled."""
     if resources is None:
         return dict.fromkeys(COMPILED_FEATURES, math.nan)
+
+    def number(value: int | None) -> float:
+        return math.nan if value is None else float(value)
+
     return {"registers": float(resources.registers), "stack_bytes": float(resources.stack_bytes),
-            "shared_kib_compiled": resources.shared_bytes / 1024}
+            "shared_kib_compiled": resources.shared_bytes / 1024,
+            "sass_instructions": number(resources.instructions),
+            "loop_instructions": number(resources.loop_instructions), "loops": number(resources.loops),
+            "loop_local_ops": number(resources.loop_local_ops), "other_local_ops": number(resources.other_local_ops)}
 
 
 def _occupancy(g: OpGraph, k: TemplateKernel, hw: Hardware) -> dict[str, float]:

@@ -16,6 +16,7 @@ from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.resources import KernelResources, kernel_resources, plan_resources
 from fusionsearch.costmodel.analytic import smem_bytes
 from fusionsearch.costmodel.hardware import H200
+from fusionsearch.errors import CodegenError
 from fusionsearch.search import plan as P
 from fusionsearch.search.plan import Plan, TemplateKernel
 
@@ -45,6 +46,31 @@ def test_an_fp32_accumulator_too_big_for_registers_spills_and_a_small_one_does_n
     assert big is not None and small is not None
     assert big.registers == 255 and big.stack_bytes > 0
     assert small.stack_bytes == 0 and small.registers < 255
+    # The machine code says where: the big tile's spill and fill run in its K loop, the small tile has none.
+    assert big.loop_local_ops > 0 and small.loop_local_ops == small.other_local_ops == 0
+    for k in (big, small):
+        assert k.loops >= 1 and 0 < k.loop_instructions < k.instructions
+
+
+def test_sass_figures_count_instructions_loops_and_spills_inside_and_outside_loops() -> None:
+    """A listing as cuobjdump prints it: a loop from 0x0040 back-branching at 0x0070, a spill before it, a fill
+    in it, and a branch forwards and a self-branch (the trailing trap), neither a loop."""
+    listing = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;            /* 0x00000a0000017a02 */
+        /*0010*/                   STL [R1+0x4], R20 ;               /* 0x0000041401007387 */
+        /*0020*/              @!P0 BRA 0x90 ;                        /* 0x0000006000008947 */
+        /*0040*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;   /* 0x0 */
+        /*0050*/                   LDL.LU R20, [R1+0x4] ;            /* 0x0000040001147983 */
+        /*0060*/                   IADD3 R2, R2, 0x1, RZ ;           /* 0x0 */
+        /*0070*/               @P1 BRA 0x40 ;                        /* 0xffffffc000001947 */
+        /*0080*/                   STL [R1+0x8], R21 ;               /* 0x0 */
+        /*0090*/                   EXIT ;                            /* 0x0 */
+        /*00a0*/                   BRA 0xa0;                         /* 0x0 */
+    """
+    assert resources.sass_figures(listing) == {"instructions": 10, "loop_instructions": 4, "loops": 1,
+                                               "loop_local_ops": 1, "other_local_ops": 2}
+    with pytest.raises(CodegenError, match="no SASS"):
+        resources.sass_figures("cuobjdump: nothing here")
 
 
 def test_a_config_beyond_the_shared_memory_shows_it() -> None:

@@ -1,5 +1,6 @@
-"""Compile-time figures in the learned model (feature schema v3): a template's registers, stack bytes and shared
-memory when it was compiled for the GPU (codegen/resources.py), NaN when it was not. One model serves both:
+"""Compile-time figures in the learned model (feature schema v3, v4): a template's registers, stack bytes and shared
+memory, and its machine code's instructions, loops and spill ops, when it was compiled for the GPU
+(codegen/resources.py), NaN when it was not. One model serves both:
 every training row that has them is learned again without them, so a search can price a whole space before
 compiling anything and rank compiled candidates with more."""
 
@@ -20,6 +21,7 @@ from fusionsearch.costmodel.collect import add_resources
 from fusionsearch.costmodel.features import (
     COMPILED_FEATURES,
     FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
     plan_features,
     recompute_features,
     to_matrix,
@@ -34,9 +36,10 @@ from fusionsearch.search import plan as P
 def test_compiled_figures_are_features_of_templates_only() -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=64, K=128, N=64)
     plan = P.unfused(g)  # a template, then pointwise kernels
-    spilled = KernelResources(registers=255, stack_bytes=4096, shared_bytes=49152)
+    spilled = KernelResources(registers=255, stack_bytes=4096, shared_bytes=49152, instructions=5000,
+                              loop_instructions=400, loops=1, loop_local_ops=12, other_local_ops=3)
     given = plan_features(plan, H200, [spilled] + [None] * (len(plan.kernels) - 1))
-    assert [given[0][n] for n in COMPILED_FEATURES] == [255.0, 4096.0, 48.0]
+    assert [given[0][n] for n in COMPILED_FEATURES] == [255.0, 4096.0, 48.0, 5000.0, 400.0, 1.0, 12.0, 3.0]
     assert all(f[n] == 0.0 for f in given[1:] for n in COMPILED_FEATURES)  # pointwise kernels: none to have
     unknown = plan_features(plan, H200)
     assert all(math.isnan(unknown[0][n]) for n in COMPILED_FEATURES)
@@ -53,11 +56,13 @@ def spill_rows(n_graphs: int = 12, plans: int = 8) -> list[dict[str, Any]]:
         plan = P.fully_fused(g)
         for pi in range(plans):
             stack = int(rng.choice([0, 0, 2048, 8192]))
-            res = KernelResources(registers=255 if stack else 128, stack_bytes=stack, shared_bytes=32768)
+            res = KernelResources(registers=255 if stack else 128, stack_bytes=stack, shared_bytes=32768,
+                                  instructions=3000, loop_instructions=200, loops=1, loop_local_ops=stack // 256,
+                                  other_local_ops=0)
             f = plan_features(plan, H200, [res])[0]
             time = f["roofline_us"] * (1.0 + stack / 512) * float(np.exp(rng.normal(0, 0.01)))
-            rows.append({"features": f, "schema_version": 3, "graph_id": f"g{gi}", "plan_id": f"p{pi}",
-                         "kernel_index": 0, "status": "ok", "time_us": time,
+            rows.append({"features": f, "schema_version": FEATURE_SCHEMA_VERSION, "graph_id": f"g{gi}",
+                         "plan_id": f"p{pi}", "kernel_index": 0, "status": "ok", "time_us": time,
                          "hardware": {"device": H200.name, "profile": H200.to_dict()}})
     return rows
 
@@ -90,7 +95,11 @@ def test_older_rows_are_refeatured_with_the_resources_they_carry() -> None:
     old = {**row, "schema_version": 2, "features": {}, "graph": g.to_dict(), "plan": P.fully_fused(g).to_dict(),
            "resources": {"registers": 200, "stack_bytes": 64, "shared_bytes": 2048}}
     (new,), dropped = recompute_features([old])
-    assert dropped == 0 and [new["features"][n] for n in COMPILED_FEATURES] == [200.0, 64.0, 2.0]
+    assert dropped == 0 and [new["features"][n] for n in COMPILED_FEATURES[:3]] == [200.0, 64.0, 2.0]
+    assert all(math.isnan(new["features"][n]) for n in COMPILED_FEATURES[3:])  # a v3 record: no SASS figures
+    sass = {"instructions": 900, "loop_instructions": 90, "loops": 1, "loop_local_ops": 0, "other_local_ops": 4}
+    (full,), _ = recompute_features([{**old, "resources": {**old["resources"], **sass}}])
+    assert [full["features"][n] for n in COMPILED_FEATURES] == [200.0, 64.0, 2.0, 900.0, 90.0, 1.0, 0.0, 4.0]
     (bare,), _ = recompute_features([{**old, "resources": None}])
     assert all(math.isnan(bare["features"][n]) for n in COMPILED_FEATURES)
 
@@ -111,7 +120,7 @@ def test_add_resources_compiles_each_template_of_an_older_dataset(tmp_path: Path
     assert counts == {"compiled": 2, "not compiled": 0, "other kernels": len(rows) - 2}
     new = read_rows(out)
     templates = [r for r in new if r["kernel_kind"] == "template"]
-    assert len(new) == len(rows) and all(r["schema_version"] == 3 for r in new)
+    assert len(new) == len(rows) and all(r["schema_version"] == FEATURE_SCHEMA_VERSION for r in new)
     for r in templates:
         assert r["resources"]["registers"] > 0 and r["features"]["registers"] == r["resources"]["registers"]
         assert r["resources"]["shared_bytes"] > 0  # a software pipeline of A and B tiles, whatever the config
