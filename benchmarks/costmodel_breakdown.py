@@ -6,8 +6,8 @@ figures `fusionsearch costmodel train` reports, same folds):
     IEEE fp32 dot, which runs on the FMA units), learned beside analytic;
   - the kernels' held-out log error by kind and operand width, and measured / roofline time;
   - with --compiled: the same cross-validation (one model per fold) without and with each template kernel's
-    compile-time figures (registers, stack bytes, shared memory compiled for sm_90; the rows carry them since
-    feature schema v3), to show what they add;
+    compile-time figures (registers, stack bytes, shared memory compiled for sm_90, since feature schema v3;
+    its SASS instructions, loops and spill ops, since v4), to show what they add;
   - with --learning-curve: the compiled figures with each fold's model fitted on 1/4, 1/2, 3/4 and all of its
     training graphs, to tell a model short of data from one short of features;
   - with --retest OLDER_DATASET: a test-retest bound, the older collection's times of the same plans used as
@@ -97,8 +97,8 @@ def retest(path: str, older: str) -> None:
 
 
 def compiled_columns(X: np.ndarray) -> np.ndarray:
-    """The COMPILED_FEATURES columns (registers, stack bytes, shared KiB): the dataset's rows carry them since
-    feature schema v3 (`fusionsearch costmodel compile` adds them to older data)."""
+    """The COMPILED_FEATURES columns (registers, stack bytes, shared KiB, SASS figures): the dataset's rows carry
+    them since feature schema v3 and v4 (`fusionsearch costmodel compile` adds them to older data)."""
     return X[:, [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]]
 
 
