@@ -128,6 +128,8 @@ def test_a_sigkilled_collection_resumes_losing_nothing(tmp_path: Path) -> None:
 def test_collect_records_each_templates_compiled_resources_as_plan_resources_finds_them(tmp_path: Path) -> None:
     """resources=True compiles each graph's plans for sm_90 in a pool kept for the collection; every template row
     carries what compiling that plan alone finds, in its row and its features."""
+    import dataclasses
+
     from fusionsearch.codegen.resources import plan_resources
     from fusionsearch.graph.spec import graph_from_dict
     from fusionsearch.search.plan import Plan
@@ -140,6 +142,5 @@ def test_collect_records_each_templates_compiled_resources_as_plan_resources_fin
     for r in templates:
         plan = Plan.from_dict(r["plan"], graph_from_dict(r["graph"]))
         alone = plan_resources(plan)[r["kernel_index"]]
-        assert r["resources"] == {"registers": alone.registers, "stack_bytes": alone.stack_bytes,
-                                  "shared_bytes": alone.shared_bytes}
+        assert r["resources"] == dataclasses.asdict(alone) and alone.instructions > 0
         assert r["features"]["registers"] == alone.registers > 0
