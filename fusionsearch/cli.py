@@ -120,13 +120,43 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             plan = Plan.from_json(f.read(), g)
     except OSError as e:
         raise SpecError(f"{path}: cannot read the plan ({e.strerror})") from None
-    est = estimate(plan, Hardware.detect())
+    hw = Hardware.detect()
+    est = estimate(plan, hw)
+    learned = _learned_kernel_times(plan, hw)
     print(plan.describe())
-    for ke in est.per_kernel:
+    for i, ke in enumerate(est.per_kernel):
+        also = f", learned model {learned[i]:.1f} us" if learned is not None else ""
         print(f"kernel {ke.index}: {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "
-              f"{ke.flops / 1e9:.2f} GFLOP, predicted {ke.time_us:.1f} us")
-    print(f"plan: predicted {est.time_us:.1f} us")
+              f"{ke.flops / 1e9:.2f} GFLOP; analytic model {ke.time_us:.1f} us{also}")
+    also = f", learned ({hw.name}) model {sum(learned):.1f} us" if learned is not None else ""
+    print(f"plan: analytic model {est.time_us:.1f} us{also}")
+    searched = _searched_figure(os.path.join(os.path.dirname(os.path.abspath(path)), "result.json"))
+    if searched:
+        print(searched)
     return 0
+
+
+def _learned_kernel_times(plan: Any, hw: Any) -> list[float] | None:
+    """Each kernel's time (µs) by the shipped learned model when it matches this GPU, else None."""
+    from fusionsearch.costmodel.learned import load_default, plans_matrix
+
+    model = load_default()
+    if model is None:
+        return None
+    X, _ = plans_matrix([plan], hw)
+    return [float(t) for t in model.predict(X)]
+
+
+def _searched_figure(result_path: str) -> str | None:
+    """What the search that wrote this plan recorded of it (result.json beside it), as one line; None without."""
+    try:
+        with open(result_path) as f:
+            result = json.load(f)
+        best, backend, model = float(result["best_us"]), str(result["backend"]), str(result["cost_model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    how = "measured on the GPU" if backend == "gpu" else f"predicted by the {model} cost model, backend {backend}"
+    return f"the search: {best:.1f} us ({how})"
 
 
 # ---- costmodel collect / train / evaluate: the learned cost model ----------------------------------

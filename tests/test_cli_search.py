@@ -61,14 +61,33 @@ def test_a_closed_stdout_stops_quietly_and_keeps_what_was_written(tmp_path: Path
     assert all((tmp_path / "o" / name).stat().st_size > 0 for name in OUTPUTS)
 
 
-def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each figure named by the model that gave it, and what the search itself recorded of the plan."""
+    from fusionsearch.costmodel import hardware
+    from fusionsearch.costmodel.analytic import estimate
+    from fusionsearch.costmodel.learned import load, plans_matrix
+
     g = fs.load_graph(str(searched / "graph.json"))
     plan = Plan.from_json((searched / "plan.json").read_text(), g)
+    hw = hardware.Hardware.detect()
+    analytic = estimate(plan, hw).time_us
+    result = json.loads((searched / "result.json").read_text())
     for target in (searched, searched / "plan.json"):
-        assert main(["explain", str(target)]) == 0
+        assert main(["explain", str(target)]) == 0  # no learned model for this device (conftest)
         out = capsys.readouterr().out
-        assert plan.describe() in out
-        assert "plan: predicted" in out and "kernel 0:" in out
+        figures = out.split("the search:")[0]
+        assert plan.describe() in out and "kernel 0:" in out and "learned" not in figures
+        assert f"plan: analytic model {analytic:.1f} us\n" in out
+        assert f"the search: {result['best_us']:.1f} us (predicted by the {result['cost_model']} cost model" in out
+    shipped = os.path.join(os.path.dirname(fs.__file__), "datasets", "data", "costmodel.skops")
+    monkeypatch.setattr(hardware, "DEFAULT_MODEL_PATH", shipped)
+    model = load(shipped)
+    if model.hardware_["name"] == hw.name:  # the shipped H200 model prices it too
+        learned = float(model.predict(plans_matrix([plan], hw)[0]).sum())
+        assert main(["explain", str(searched)]) == 0
+        assert f"plan: analytic model {analytic:.1f} us, learned ({hw.name}) model {learned:.1f} us" in \
+            capsys.readouterr().out
 
 
 def _user_error(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
