@@ -85,8 +85,9 @@ def compiled_order(model: object, plans: dict[str, Plan], top: int) -> list[str]
     """The live search's first ranking: the `top` plans the blind model puts first compiled for sm_90 (on this
     CPU) and priced again with their compiled figures, then every plan in predicted order."""
     keys = list(plans)
-    X, starts = plans_matrix([plans[k] for k in keys], H200)
-    compile_fastest(model, [plans[k] for k in keys], X, starts, H200, top)
+    ranked = [plans[k] for k in keys]
+    X, starts = plans_matrix(ranked, H200)
+    compile_fastest(model, ranked, X, starts, H200, top)
     predicted = per_plan(model.predict(X), starts)
     return [keys[i] for i in np.argsort(predicted, kind="stable")]
 

@@ -82,6 +82,9 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     """Measure options.graphs random graphs into `out_path` (appending, resuming); returns row counts by status."""
     if options.device == "cuda" and not torch.cuda.is_available():
         raise FusionSearchError("collect measures kernels on a GPU; none is visible here")
+    from concurrent.futures.process import BrokenProcessPool
+
+    from fusionsearch.codegen.resources import many_plan_resources, resources_pool
     from fusionsearch.costmodel.features import FEATURE_SCHEMA_VERSION, kernel_features
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.datasets.random_graphs import random_graph
@@ -99,7 +102,8 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
                            judge=options.judge)
     settings = {"warmup_ms": options.warmup_ms, "rep_ms": options.rep_ms}
     compile_for_gpu = options.resources if options.resources is not None else options.device == "cuda"
-    resources_pool = None  # started at the first graph with plans to compile (a resumed collection may have none)
+    compiler = None  # resources_pool(), started at the first graph with plans to compile (a resumed collection may
+    # have none)
     start = time.time()
     try:
         for gi in range(options.graphs):
@@ -112,15 +116,18 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
                 continue
             failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
             worker.set_graph(g.to_dict(), seed=gi, settings=settings)
-            if compile_for_gpu and resources_pool is None:
-                resources_pool = _new_resources_pool()
-            found = _graph_resources(plans, options.arch, resources_pool) if compile_for_gpu else [None] * len(plans)
-            if compile_for_gpu and all(f is None for f in found):
-                resources_pool.shutdown(cancel_futures=True)  # a dead pool stays dead: the next graph gets a new one
-                resources_pool = None
+            # Each plan's compiled resources; None for a plan that does not compile for the GPU (its measurement
+            # then says why)
+            found: list[Any] = [None] * len(plans)
+            if compile_for_gpu:
+                compiler = compiler or resources_pool()
+                try:
+                    found = many_plan_resources(plans, options.arch, pool=compiler)
+                except BrokenProcessPool:  # a compiling process died: these rows keep NaN, the next graph a new pool
+                    compiler.shutdown(cancel_futures=True)
+                    compiler = None
             rows = []
             for plan, failure, res in zip(plans, failures, found, strict=True):
-                # None: the plan does not compile for the GPU; its measurement then says why
                 resources = res if res is not None else [None] * len(plan.kernels)
                 rows += _measure_plan(g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION,
                                       kernel_features, resources)
@@ -133,28 +140,9 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     finally:
         pool.close()
         worker.close()
-        if resources_pool is not None:
-            resources_pool.shutdown(cancel_futures=True)
+        if compiler is not None:
+            compiler.shutdown(cancel_futures=True)
     return counts
-
-
-def _new_resources_pool() -> Any:
-    from fusionsearch.codegen.resources import resources_pool
-
-    return resources_pool()
-
-
-def _graph_resources(plans: list[Any], arch: int, pool: Any) -> list[Any]:
-    """Each plan's compiled resources (codegen/resources.py), compiled in `pool`; None for a plan that does not
-    compile for the GPU (its measurement then says why) or when a pool process died (its rows keep NaN)."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    from fusionsearch.codegen.resources import many_plan_resources
-
-    try:
-        return many_plan_resources(plans, arch, pool=pool)
-    except BrokenProcessPool:
-        return [None] * len(plans)
 
 
 def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | None = None) -> dict[str, int]:
