@@ -8,6 +8,8 @@ figures `fusionsearch costmodel train` reports, same folds):
   - with --compiled: the same cross-validation (one model per fold) without and with each template kernel's
     compile-time figures (registers, stack bytes, shared memory compiled for sm_90, since feature schema v3;
     its SASS instructions, loops and spill ops, since v4), to show what they add;
+  - with --halves: the shipped (bagged) model's compiled half as `costmodel train` reports it, by operand width,
+    and priced by it only for some kernels (those that spill in a loop, that spill, with fp32 operands);
   - with --learning-curve: the compiled figures with each fold's model fitted on 1/4, 1/2, 3/4 and all of its
     training graphs, to tell a model short of data from one short of features;
   - with --retest OLDER_DATASET: a test-retest bound, the older collection's times of the same plans used as
@@ -15,7 +17,7 @@ figures `fusionsearch costmodel train` reports, same folds):
     the two), so that measurement noise and model error can be told apart.
 
     python benchmarks/costmodel_breakdown.py fusionsearch/datasets/data/h200-measurements.jsonl.gz \\
-        [--compiled] [--retest OLDER.jsonl.gz] [--learning-curve]"""
+        [--compiled] [--retest OLDER.jsonl.gz] [--learning-curve] [--halves]"""
 
 from __future__ import annotations
 
@@ -154,16 +156,32 @@ def learning_curve(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[
               + "  ".join(f"{m} {v:.3f}" for m, v in means.items()))
 
 
+def shipped_halves(X: np.ndarray, rows: list[dict[str, Any]], every: list[dict[str, Any]], compiled: np.ndarray,
+                   blind: np.ndarray) -> None:
+    """The shipped (bagged) model's held-out figures as `costmodel train` computes them: its compiled half by
+    operand width, and the compiled half used for only some template kernels (the blind half for the rest)."""
+    figures = _figures(every, rows, compiled, X)
+    print(f"shipped model, compiled half\n  learned   {mean_figures(figures['per_graph'])}")
+    by_operand_bits(X, rows, figures)
+    for label, some in (("that spill inside a loop", column(X, "loop_local_ops") > 0),
+                        ("that spill", column(X, "stack_bytes") > 0),
+                        ("with fp32 operands", column(X, "a_bits") == 32)):
+        mixed = _figures(every, rows, np.where(some, compiled, blind), X)
+        print(f"  compiled half only for the {int(some.sum())} kernels {label}: {mean_figures(mixed['per_graph'])}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("data")
     ap.add_argument("--compiled", action="store_true", help="also cross-validate with compile-time figures")
     ap.add_argument("--retest", help="an older dataset of the same graphs (e.g. from git history)")
+    ap.add_argument("--halves", action="store_true",
+                    help="also the shipped model's compiled half by operand width and used for some kernels only")
     ap.add_argument("--learning-curve", action="store_true",
                     help="also cross-validate on shares of the training graphs (compiled figures)")
     args = ap.parse_args()
     X, y, groups, rows, every = _load(args.data)
-    _, _, blind = _oof_predictions(X, y, groups, 5, {})  # as the search prices plans it has not compiled
+    compiled, _, blind = _oof_predictions(X, y, groups, 5, {})  # blind: as the search prices plans not compiled
     figures = _figures(every, rows, blind, X)
     print(f"all {figures['graphs']} graphs\n  learned   {mean_figures(figures['per_graph'])}\n"
           f"  analytic  {mean_figures(figures['per_graph'], 'analytic_')}")
@@ -175,6 +193,8 @@ def main() -> None:
         retest(args.data, args.retest)
     if args.learning_curve:
         learning_curve(X, y, groups, rows, every)
+    if args.halves:
+        shipped_halves(X, rows, every, compiled, blind)
 
 
 if __name__ == "__main__":
