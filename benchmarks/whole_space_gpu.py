@@ -36,7 +36,7 @@ from fusionsearch.search.study import SearchOptions, run_study
 
 
 def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list[dict], best: float,
-           workers: int, compile_ranked: int | None = None, library: bool = False, refit_every: int = 4) -> dict:
+           workers: int, compile_ranked: int = 0, library: bool = False, refit_every: int = 4) -> dict:
     """The product's search on this case with a tenth of the space as trials; its pick is looked up in the
     whole-space timings (same process, same inputs) so that regret compares like with like."""
     trials = math.ceil(plans / 10)
@@ -86,8 +86,8 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=int, default=40)
     ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
     ap.add_argument("--search", action="store_true", help="also search each case with a tenth of its space")
-    ap.add_argument("--compile-ranked", type=int, default=None,
-                    help="the search's --compile-ranked (default: 2 x trials; 0: rank with the blind model only)")
+    ap.add_argument("--compile-ranked", type=int, default=0,
+                    help="the search's --compile-ranked (default 0: rank with the blind model only)")
     ap.add_argument("--library", action="store_true",
                     help="spaces (and searches) with PyTorch's matmul as one more choice per matmul")
     ap.add_argument("--refit-every", default="4",

@@ -304,10 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-every", type=int, default=4,
                    help="on the GPU, correct the learned model on this search's measured kernels every N measured "
                         "plans (default 4; 0 never)")
-    p.add_argument("--compile-ranked", type=int, default=None,
+    p.add_argument("--compile-ranked", type=int, default=0,
                    help="with a learned model, compile the N plans predicted fastest for the GPU (on the CPU) and "
-                        "rank them again with their registers, spills and shared memory (default: 2 x trials on "
-                        "the GPU, none elsewhere; 0 never)")
+                        "rank them again with their registers, spills and shared memory (default 0: the blind "
+                        "ranking, the better one on the reference workloads; 2 x --trials is a usual N)")
     p.add_argument("--finalists", type=int, default=3,
                    help="on the GPU, time the N fastest measured plans again side by side at the end and keep the "
                         "fastest by that (default 3; 0 never)")

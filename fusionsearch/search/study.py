@@ -60,9 +60,9 @@ class SearchOptions:
     workers: int | str = 1  # worker processes on the study: 'auto' = one per visible GPU (search/workers.py)
     worker_tag: str = ""  # set in each worker: recorded on the trials it runs (user attr 'worker')
     # ranked sampler with a learned model: the N plans predicted fastest are compiled for the GPU on the CPU
-    # and priced again with their registers, spills and shared memory (None: 2 x trials on the gpu backend,
-    # none on the others; 0: never)
-    compile_ranked: int | None = None
+    # and priced again with their registers, spills and shared memory (0: never, the default: on the reference
+    # workloads the blind order was the better one in every replay, README "The live search's ranking")
+    compile_ranked: int = 0
     # gpu backend: the N fastest measured plans are timed again side by side (interleaved rounds) at the end
     # and the fastest by that wins: a plan's first figure can be a lucky moment of the GPU (0 or 1: off)
     finalists: int = 3
@@ -75,10 +75,8 @@ class SearchOptions:
             raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(".skops"):
             raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a .skops model file")
-        if self.compile_ranked is not None and (isinstance(self.compile_ranked, bool)
-                                                or not isinstance(self.compile_ranked, int) or self.compile_ranked < 0):
-            raise SpecError(f"compile_ranked must be a whole number of plans (0: none) or None, "
-                            f"got {self.compile_ranked!r}")
+        if isinstance(self.compile_ranked, bool) or not isinstance(self.compile_ranked, int) or self.compile_ranked < 0:
+            raise SpecError(f"compile_ranked must be a whole number of plans (0: none), got {self.compile_ranked!r}")
         if not isinstance(self.library, bool):
             raise SpecError(f"library must be True or False, got {self.library!r}")
         if isinstance(self.finalists, bool) or not isinstance(self.finalists, int) or self.finalists < 0:
@@ -205,15 +203,9 @@ def _sampler(name: str, seed: int, objective: Objective) -> optuna.samplers.Base
     if name == "ranked":
         ranking = PlanRanking(objective.space, objective.hw, lambda: objective.model,
                               lambda plan: not objective.bytes_rule_refuses(plan), seed,
-                              compile_top=_compile_top(objective.options, objective.backend), arch=_arch())
+                              compile_top=objective.options.compile_ranked, arch=_arch())
         return _RankedSampler(ranking, lambda: objective.model_version, seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
-
-
-def _compile_top(options: SearchOptions, backend: str) -> int:
-    if options.compile_ranked is not None:
-        return options.compile_ranked
-    return 2 * options.trials if backend == "gpu" else 0
 
 
 def _arch() -> int:

@@ -208,11 +208,10 @@ def test_auto_sampler_ranks_with_a_learned_model_and_uses_tpe_without(tmp_path: 
     assert S._sampler_name(SearchOptions(sampler="random"), objective) == "random"
 
 
-def test_gpu_searches_compile_their_fastest_candidates_for_the_ranking_and_others_do_not() -> None:
-    assert S._compile_top(SearchOptions(trials=10), "gpu") == 20
-    assert S._compile_top(SearchOptions(trials=10), "model") == 0
-    assert S._compile_top(SearchOptions(trials=10, compile_ranked=3), "interpret") == 3
-    for bad in (-1, 2.5, True):
+def test_searches_rank_blind_unless_asked_to_compile_their_fastest_candidates() -> None:
+    assert SearchOptions(trials=10).compile_ranked == 0
+    assert SearchOptions(trials=10, compile_ranked=3).compile_ranked == 3
+    for bad in (-1, 2.5, True, None):
         with pytest.raises(SpecError, match="compile_ranked must be a whole number"):
             SearchOptions(compile_ranked=bad)  # type: ignore[arg-type]
 
