@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -22,7 +23,7 @@ def graph_to_dict(g: OpGraph) -> dict[str, Any]:
         else:
             entry: dict[str, Any] = {"name": node.name, "op": node.op, "inputs": list(node.inputs)}
             if node.attrs:
-                entry["attrs"] = node.attrs
+                entry["attrs"] = copy.deepcopy(node.attrs)  # a spec is edited freely (shrink does) without touching g
             nodes.append(entry)
     return {"version": SPEC_VERSION, "inputs": inputs, "nodes": nodes, "outputs": list(g.outputs)}
 

@@ -94,6 +94,20 @@ def test_nodes_listed_out_of_order_still_load(tmp_path: Path) -> None:
     assert order.index("gate") < order.index("gate_silu") < order.index("hidden") < order.index("y")
 
 
+def test_shrinking_a_bf16_graph_for_the_interpreter_leaves_the_graph_itself_unchanged() -> None:
+    """shrink edits a spec of the graph (sizes down, bfloat16 casts to float16); the graph it came from, which
+    the search exports and saves as graph.json, keeps its own casts."""
+    from fusionsearch.graph.shrink import shrink
+
+    g = workload("w8_dequant_mm", dtype=torch.bfloat16, M=16, K=64, N=64)
+    before = json.dumps(g.to_dict())
+    small = shrink(g)
+    assert small is not None and small.node("w_dequant").attrs["dtype"] == "float16"
+    assert g.node("w_dequant").attrs["dtype"] == "bfloat16"
+    assert json.dumps(g.to_dict()) == before
+    assert graph_from_dict(json.loads(before)).same_structure(g)
+
+
 # ---- refusals --------------------------------------------------------------------------------------
 
 def _base() -> dict[str, Any]:
