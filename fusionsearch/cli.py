@@ -182,7 +182,7 @@ def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
 
     hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags}
-    result = train(args.data, args.out, folds=args.folds, **hyper)
+    result = train(args.data, args.out, folds=args.folds, first_graphs=args.graphs, **hyper)
     cv = result["cv"]
     print(f"cross-validation, {cv['folds']} folds holding out whole graphs (plan rankings within each graph):")
     print(format_figures(cv))
@@ -359,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=0.1, help="gradient boosting learning rate (default 0.1)")
     p.add_argument("--max-iter", type=int, default=300, help="boosting iterations (default 300)")
     p.add_argument("--bags", type=int, default=5, help="models averaged, each on 80%% of the graphs (default 5)")
+    p.add_argument("--graphs", type=int, default=None,
+                   help="train on the first N graphs of the dataset only, in collection order (default: all)")
     p.set_defaults(func=_cmd_costmodel_train)
     p = cm_sub.add_parser("evaluate", help="rank each graph's plans with a model and compare to the measurements")
     p.add_argument("model", help="model file written by `costmodel train`")

@@ -63,9 +63,13 @@ def load_dataset(path: str) -> Dataset:
     return _load(path)[:4]  # type: ignore[return-value]
 
 
-def _load(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], list[dict[str, Any]]]:
-    """load_dataset's four, and every row of the current schema (failed ones too: they mark incomplete plans)."""
+def _load(path: str, first_graphs: int | None = None
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], list[dict[str, Any]]]:
+    """load_dataset's four, and every row of the current schema (failed ones too: they mark incomplete plans);
+    with `first_graphs`, only the rows of the first that many graphs in the file's (collection) order."""
     every = _schema_rows(path)
+    if first_graphs is not None:
+        every = _first_graphs(every, first_graphs, path)
     rows = [r for r in every if _usable(r)]
     if not rows:
         raise CostModelError(f"{path}: no successfully measured kernels (status 'ok' with a time) to learn from")
@@ -76,6 +80,18 @@ def _load(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str,
     y = np.array([float(r["time_us"]) for r in rows])
     groups = np.array([str(r["graph_id"]) for r in rows])
     return X, y, groups, rows, every
+
+
+def _first_graphs(rows: list[dict[str, Any]], n: int, path: str) -> list[dict[str, Any]]:
+    """The rows of the first `n` graphs in file order (a seeded collection's first n); CostModelError when n is
+    not a positive whole number or the file holds fewer graphs."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise CostModelError(f"the number of graphs to train on must be a positive whole number, got {n!r}")
+    order = list(dict.fromkeys(str(r.get("graph_id")) for r in rows))
+    if n > len(order):
+        raise CostModelError(f"{path}: asked for the first {n} graphs but the dataset holds {len(order)}")
+    keep = set(order[:n])
+    return [r for r in rows if str(r.get("graph_id")) in keep]
 
 
 def _hardware(rows: Sequence[dict[str, Any]], path: str) -> dict[str, Any] | None:
@@ -144,10 +160,12 @@ def _cross_validate(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list
     return {**figures, "folds": len(held_out), "held_out": held_out}
 
 
-def train(data_path: str, out_path: str, folds: int = 5, **hyper: Any) -> dict[str, Any]:
-    """Fit a model on every ok row of `data_path`, save it to `out_path`, and report grouped cross-validation
-    (`cv`: the held-out figures of `cross_validate`) with the row and graph counts."""
-    X, y, groups, rows, every = _load(data_path)
+def train(data_path: str, out_path: str, folds: int = 5, first_graphs: int | None = None,
+          **hyper: Any) -> dict[str, Any]:
+    """Fit a model on every ok row of `data_path` (of its first `first_graphs` graphs, when given), save it to
+    `out_path`, and report grouped cross-validation (`cv`: the held-out figures of `cross_validate`) with the
+    row and graph counts."""
+    X, y, groups, rows, every = _load(data_path, first_graphs)
     cv = _cross_validate(X, y, groups, rows, every, folds, hyper)
     model = _model(hyper).fit(X, y, hardware=_hardware(rows, data_path), groups=groups)
     model.save(out_path)

@@ -266,6 +266,23 @@ def test_train_saves_a_model_and_reports_grouped_cross_validation(tmp_path: Path
         train(dataset, out, max_depth_of_trees=3)
 
 
+def test_train_on_the_first_graphs_uses_exactly_those_in_collection_order(tmp_path: Path, dataset: str) -> None:
+    from fusionsearch.datasets.measurements import read_rows
+
+    order = list(dict.fromkeys(r["graph_id"] for r in read_rows(dataset)))
+    out = str(tmp_path / "first.skops")
+    result = train(dataset, out, folds=2, first_graphs=2, max_iter=20, n_bags=1)
+    assert result["graphs"] == 2
+    assert sorted(g for fold in result["cv"]["held_out"] for g in fold) == sorted(order[:2])
+    _, _, groups, _ = load_dataset(dataset)
+    assert result["rows"] == int(np.isin(groups, order[:2]).sum())
+    with pytest.raises(CostModelError, match=f"holds {len(order)}"):
+        train(dataset, out, first_graphs=len(order) + 1)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(CostModelError, match="positive whole number"):
+            train(dataset, out, first_graphs=bad)  # type: ignore[arg-type]
+
+
 def test_cli_train_and_evaluate_print_learned_vs_analytic(tmp_path: Path, dataset: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     out = str(tmp_path / "cli.skops")
