@@ -12,12 +12,14 @@ figures `fusionsearch costmodel train` reports, same folds):
     and priced by it only for some kernels (those that spill in a loop, that spill, with fp32 operands);
   - with --learning-curve: the compiled figures with each fold's model fitted on 1/4, 1/2, 3/4 and all of its
     training graphs, to tell a model short of data from one short of features;
+  - with --by-width: the shipped kind of model (bagged, both halves) trained and held out on the graphs of one
+    operand width only, to tell whether the fp32 graphs' erratic FMA-path kernels cost the 16-bit ones;
   - with --retest OLDER_DATASET: a test-retest bound, the older collection's times of the same plans used as
     the "prediction" of this one's (plans without split-K only, whose generated code did not change between
     the two), so that measurement noise and model error can be told apart.
 
     python benchmarks/costmodel_breakdown.py fusionsearch/datasets/data/h200-measurements.jsonl.gz \\
-        [--compiled] [--retest OLDER.jsonl.gz] [--learning-curve] [--halves]"""
+        [--compiled] [--retest OLDER.jsonl.gz] [--learning-curve] [--halves] [--by-width]"""
 
 from __future__ import annotations
 
@@ -170,6 +172,23 @@ def shipped_halves(X: np.ndarray, rows: list[dict[str, Any]], every: list[dict[s
         print(f"  compiled half only for the {int(some.sum())} kernels {label}: {mean_figures(mixed['per_graph'])}")
 
 
+def by_width(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[dict[str, Any]],
+             every: list[dict[str, Any]]) -> None:
+    """`costmodel train`'s cross-validation (5 folds, whole graphs held out) on the graphs of each operand width
+    alone: each model sees only graphs of the width it is judged on."""
+    from fusionsearch.costmodel.train import _cross_validate
+
+    bits = graph_operand_bits(X, rows)
+    print("one model per operand width (trained and held out on those graphs only; compiled | blind):")
+    for width in sorted(set(bits.values())):
+        keep = np.array([bits.get(g) == width for g in groups])
+        figures = _cross_validate(X[keep], y[keep], groups[keep], [r for r, k in zip(rows, keep, strict=True) if k],
+                                  [r for r in every if bits.get(r.get("graph_id")) == width], 5, {})
+        print(f"  {width}-bit operands, {figures['graphs']} graphs: "
+              + "  ".join(f"{m} {figures[m]:.3f}" for m in METRICS) + "  |  "
+              + "  ".join(f"{m} {figures['uncompiled_' + m]:.3f}" for m in METRICS))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("data")
@@ -179,6 +198,8 @@ def main() -> None:
                     help="also the shipped model's compiled half by operand width and used for some kernels only")
     ap.add_argument("--learning-curve", action="store_true",
                     help="also cross-validate on shares of the training graphs (compiled figures)")
+    ap.add_argument("--by-width", action="store_true",
+                    help="also one model per operand width, trained and held out on those graphs only")
     args = ap.parse_args()
     X, y, groups, rows, every = _load(args.data)
     compiled, _, blind = _oof_predictions(X, y, groups, 5, {})  # blind: as the search prices plans not compiled
@@ -195,6 +216,8 @@ def main() -> None:
         learning_curve(X, y, groups, rows, every)
     if args.halves:
         shipped_halves(X, rows, every, compiled, blind)
+    if args.by_width:
+        by_width(X, y, groups, rows, every)
 
 
 if __name__ == "__main__":
