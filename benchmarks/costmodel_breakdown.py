@@ -31,7 +31,15 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from fusionsearch.costmodel.features import ANALYTIC_FEATURE, COMPILED_FEATURES, FEATURE_NAMES
-from fusionsearch.costmodel.train import METRICS, _figures, _graph_figures, _load, _oof_predictions, cv_splits
+from fusionsearch.costmodel.train import (
+    METRICS,
+    _cross_validate,
+    _figures,
+    _graph_figures,
+    _load,
+    _oof_predictions,
+    cv_splits,
+)
 
 
 def column(X: np.ndarray, name: str) -> np.ndarray:
@@ -176,8 +184,6 @@ def by_width(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[dict[s
              every: list[dict[str, Any]]) -> None:
     """`costmodel train`'s cross-validation (5 folds, whole graphs held out) on the graphs of each operand width
     alone: each model sees only graphs of the width it is judged on."""
-    from fusionsearch.costmodel.train import _cross_validate
-
     bits = graph_operand_bits(X, rows)
     print("one model per operand width (trained and held out on those graphs only; compiled | blind):")
     for width in sorted(set(bits.values())):

@@ -209,8 +209,12 @@ def test_auto_sampler_ranks_with_a_learned_model_and_uses_tpe_without(tmp_path: 
 
 
 def test_searches_rank_blind_unless_asked_to_compile_their_fastest_candidates() -> None:
-    assert SearchOptions(trials=10).compile_ranked == 0
-    assert SearchOptions(trials=10, compile_ranked=3).compile_ranked == 3
+    g = _small_space_graph()
+    space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2)
+    for options, top in ((SearchOptions(trials=10), 0), (SearchOptions(trials=10, compile_ranked=3), 3)):
+        for backend in ("gpu", "model"):
+            objective = S.Objective(g, space, options, backend, fs.costmodel.H200)
+            assert S._sampler("ranked", 0, objective).ranking.compile_top == top
     for bad in (-1, 2.5, True, None):
         with pytest.raises(SpecError, match="compile_ranked must be a whole number"):
             SearchOptions(compile_ranked=bad)  # type: ignore[arg-type]
