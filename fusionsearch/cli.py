@@ -181,7 +181,8 @@ def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
 
-    hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags}
+    hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags,
+             "width_split": not args.no_width_split}
     result = train(args.data, args.out, folds=args.folds, first_graphs=args.graphs, **hyper)
     cv = result["cv"]
     print(f"cross-validation, {cv['folds']} folds holding out whole graphs (plan rankings within each graph):")
@@ -361,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bags", type=int, default=5, help="models averaged, each on 80%% of the graphs (default 5)")
     p.add_argument("--graphs", type=int, default=None,
                    help="train on the first N graphs of the dataset only, in collection order (default: all)")
+    p.add_argument("--no-width-split", action="store_true",
+                   help="one set of models for every kernel (default: graphs with 16-bit matmul operands get "
+                        "their own, which price all but fp32 matmul templates)")
     p.set_defaults(func=_cmd_costmodel_train)
     p = cm_sub.add_parser("evaluate", help="rank each graph's plans with a model and compare to the measurements")
     p.add_argument("model", help="model file written by `costmodel train`")

@@ -26,7 +26,7 @@ from fusionsearch.costmodel.features import (
     plan_features,
     to_matrix,
 )
-from fusionsearch.costmodel.learned import LearnedCostModel, load, load_default, plan_time_us
+from fusionsearch.costmodel.learned import LearnedCostModel, load, load_default, plan_time_us, wide_templates
 from fusionsearch.costmodel.train import cross_validate, cv_splits, evaluate, load_dataset, train
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import CostModelError
@@ -187,6 +187,36 @@ def test_a_dataset_without_usable_rows_is_refused(tmp_path: Path) -> None:
 
 
 # ---- model files ---------------------------------------------------------------------------------
+
+def test_fp32_templates_are_priced_by_the_models_of_all_graphs_and_the_rest_by_those_of_16_bit_graphs(
+        dataset: str) -> None:
+    X, y, groups, _ = load_dataset(dataset)
+    wide = wide_templates(X)
+    fp32_graphs = {g for g in groups.tolist() if "-float32-" in g}
+    assert set(groups[wide].tolist()) == fp32_graphs and len(fp32_graphs) == 3
+    assert np.all(X[wide, FEATURE_NAMES.index("kind_template")] == 1)
+    split = LearnedCostModel(max_iter=20).fit(X, y, groups=groups)
+    assert split.width_split and len(split.narrow_models_) == split.n_bags
+    # References fitted apart: on every graph, and on the 16-bit graphs alone (their pointwise kernels too).
+    whole = LearnedCostModel(max_iter=20, width_split=False).fit(X, y, groups=groups)
+    narrow = ~np.isin(groups, list(fp32_graphs))
+    alone = LearnedCostModel(max_iter=20, width_split=False).fit(X[narrow], y[narrow], groups=groups[narrow])
+    predicted = split.predict(X)
+    assert np.array_equal(predicted[wide], whole.predict(X[wide]))
+    assert np.array_equal(predicted[~wide], alone.predict(X[~wide]))
+    assert not np.allclose(alone.predict(X[~wide]), whole.predict(X[~wide]))  # the split changed something
+    assert not LearnedCostModel(max_iter=20, width_split=False).fit(X, y, groups=groups).narrow_models_
+    # One width only: nothing to split, one set of models.
+    assert not LearnedCostModel(max_iter=20).fit(X[narrow], y[narrow], groups=groups[narrow]).narrow_models_
+
+
+def test_a_model_file_with_a_narrow_model_that_is_not_a_regressor_is_refused(tmp_path: Path, dataset: str) -> None:
+    X, y, groups, _ = load_dataset(dataset)
+    model = LearnedCostModel(max_iter=5, n_bags=1).fit(X, y, groups=groups)
+    model.narrow_models_ = [3]
+    with pytest.raises(CostModelError, match="not a fusionsearch cost model"):
+        load(model.save(str(tmp_path / "m.skops")))
+
 
 def test_save_and_load_give_identical_predictions(tmp_path: Path, model: LearnedCostModel, dataset: str) -> None:
     X, _, _, _ = load_dataset(dataset)
