@@ -288,8 +288,8 @@ def load(path: str) -> LearnedCostModel:
             or not all(isinstance(m, HistGradientBoostingRegressor) for m in [*inner, *sum(extra, [])]) \
             or (extra[2] and not extra[1]):
         raise CostModelError(f"{path}: not a fusionsearch cost model (its parameters or regressor are missing)")
-    try:
-        model = LearnedCostModel(**params)
+    try:  # files from before the width split have no such parameter and no second set of models
+        model = LearnedCostModel(**{"width_split": False, **params})
     except TypeError:
         raise CostModelError(f"{path}: its hyperparameters {sorted(params)} do not fit this fusionsearch") from None
     model.models_, (model.compiled_models_, model.narrow_models_, model.narrow_compiled_models_) = inner, extra

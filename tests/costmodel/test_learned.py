@@ -210,6 +210,21 @@ def test_fp32_templates_are_priced_by_the_models_of_all_graphs_and_the_rest_by_t
     assert not LearnedCostModel(max_iter=20).fit(X[narrow], y[narrow], groups=groups[narrow]).narrow_models_
 
 
+def test_a_model_file_from_before_the_width_split_loads_as_one_set_of_models(tmp_path: Path, dataset: str) -> None:
+    X, y, groups, _ = load_dataset(dataset)
+    one_set = LearnedCostModel(max_iter=5, n_bags=2, width_split=False).fit(X, y, hardware=H200, groups=groups)
+    params = one_set.get_params()
+    del params["width_split"]
+    record = {"format": "fusionsearch-costmodel", "schema_version": FEATURE_SCHEMA_VERSION,
+              "feature_names": list(FEATURE_NAMES), "hardware": one_set.hardware_, "params": params,
+              "models": one_set.models_, "compiled_models": one_set.compiled_models_}
+    path = str(tmp_path / "before.skops")
+    skops.io.dump(record, path)
+    back = load(path)
+    assert back.width_split is False and back.narrow_models_ == []
+    assert np.array_equal(back.predict(X), one_set.predict(X))
+
+
 def test_a_model_file_with_a_narrow_model_that_is_not_a_regressor_is_refused(tmp_path: Path, dataset: str) -> None:
     X, y, groups, _ = load_dataset(dataset)
     model = LearnedCostModel(max_iter=5, n_bags=1).fit(X, y, groups=groups)
