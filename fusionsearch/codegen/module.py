@@ -227,7 +227,7 @@ class PlanModule:
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
                     upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False,
                     persistent: bool = False, split_epilogue: bool = False,
-                    warp_specialize: bool = False) -> PlanModule:
+                    warp_specialize: bool = False, fp32_dot: str = "ieee") -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
@@ -241,7 +241,11 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     (so one tile's epilogue and stores can overlap the next tile's loads). `split_epilogue`: each template
     finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
     epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
-    loop (load and MMA warps apart) instead of the flattened one."""
+    loop (load and MMA warps apart) instead of the flattened one. `fp32_dot`: how matmuls of fp32 operands
+    multiply: "ieee" (exact fp32 products, what eager PyTorch computes: the FMA units), "tf32x3" (each operand
+    split into two tf32 parts, three tensor-core products: near-fp32 accuracy) or "tf32" (one tensor-core
+    product, about 10 mantissa bits); compiled for sm_90 an fp32 template's K loop is 2,279, 479 and 110 SASS
+    instructions (benchmarks/results/h200-2026-12-04b-collect/one-off/tf32x3_compile.txt)."""
     if warp_specialize and not persistent:
         raise CodegenError("warp_specialize splits a persistent template's tile loop: it needs persistent=True")
     g = plan.graph
@@ -282,7 +286,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
             step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k,
-                                     tma_loads, persistent, split_epilogue, warp_specialize)
+                                     tma_loads, persistent, split_epilogue, warp_specialize, fp32_dot)
         else:
             assert isinstance(k, PointwiseKernel)
             pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)

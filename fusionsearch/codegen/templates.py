@@ -17,6 +17,10 @@ from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.plan import TemplateKernel, TileConfig, template_operands
 
+# tl.dot's input precision for fp32 operands, by codegen option (generate_module's `fp32_dot`): exact fp32
+# products on the FMA units (eager PyTorch's), or the tensor cores in three tf32 products or one.
+FP32_DOTS = {"ieee": "ieee", "tf32x3": "tf32x3", "tf32": "tf32"}
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -196,14 +200,17 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
                       upcast_prologue: bool = False, upcast_epilogue: bool = True,
                       serial_split_k: bool = True, tma_loads: bool = False,
                       persistent: bool = False, split_epilogue: bool = False,
-                      warp_specialize: bool = False) -> list[GeneratedKernel]:
+                      warp_specialize: bool = False, fp32_dot: str = "ieee") -> list[GeneratedKernel]:
     """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
     or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
     runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split).
     With `tma_loads`, operand tiles of contiguous 2-D tensors are read through TMA tensor descriptors. With
     `persistent` (no split-K only), at most one program per multiprocessor, each looping over tiles. With
     `split_epilogue`, the epilogue finishes the tile in two column halves (fewer live registers). With
-    `warp_specialize` (persistent only), Triton's warp-specialised tile loop instead of the flattened one."""
+    `warp_specialize` (persistent only), Triton's warp-specialised tile loop instead of the flattened one.
+    `fp32_dot` is the dot's input precision for fp32 operands (one of FP32_DOTS)."""
+    if fp32_dot not in FP32_DOTS:
+        raise CodegenError(f"fp32_dot must be one of {', '.join(FP32_DOTS)}, got {fp32_dot!r}")
     cfg = k.config
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
@@ -247,7 +254,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
             kmask = t.k_col.mask if side == "A" else t.k_row.mask
             loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")
         operand_vars[side] = var
-    precision = ', input_precision="ieee"' if op_dtype == torch.float32 else ""
+    precision = f', input_precision="{FP32_DOTS[fp32_dot]}"' if op_dtype == torch.float32 else ""
     loop.line(f"acc = tl.dot(a, b, acc{precision})")
     src.splice(hoist)
     src.line(f"for k_tile in range({k_tiles}):")
