@@ -17,17 +17,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 from costmodel_breakdown import graph_operand_bits  # noqa: E402
 
 from fusionsearch.costmodel.features import FEATURE_NAMES  # noqa: E402
-from fusionsearch.costmodel.learned import LearnedCostModel, without_compiled  # noqa: E402
+from fusionsearch.costmodel.learned import LearnedCostModel, wide_templates, without_compiled  # noqa: E402
 from fusionsearch.costmodel.train import METRICS, _figures, _load, cv_splits  # noqa: E402
 
 if __name__ == "__main__":
     X, y, groups, rows, every = _load("fusionsearch/datasets/data/h200-measurements.jsonl.gz", 236)
     bits = graph_operand_bits(X, rows)
     g16 = np.array([bits.get(g) == 16 for g in groups])
-    tmpl = X[:, FEATURE_NAMES.index("kind_template")] == 1
-    ab = np.maximum(X[:, FEATURE_NAMES.index("a_bits")], X[:, FEATURE_NAMES.index("b_bits")])
-    rules = {"no split": np.zeros(len(y), bool), "16-bit templates": tmpl & (ab <= 16),
-             "all but fp32 templates": ~(tmpl & (ab > 16)), "by graph width": g16}
+    wide = wide_templates(X)
+    rules = {"no split": np.zeros(len(y), bool),
+             "16-bit templates": (X[:, FEATURE_NAMES.index("kind_template")] == 1) & ~wide,
+             "all but fp32 templates": ~wide, "by graph width": g16}
     preds = {(r, c): np.full(len(y), np.nan) for r in rules for c in ("compiled", "blind")}
     for tr, te in cv_splits(groups, 5):
         m_all = LearnedCostModel(width_split=False).fit(X[tr], y[tr], groups=groups[tr])
