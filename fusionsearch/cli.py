@@ -178,12 +178,20 @@ def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
+    from fusionsearch.codegen.templates import FP32_DOT, FP32_DOTS
+
+    p.add_argument("--fp32-dot", choices=tuple(FP32_DOTS), default=FP32_DOT,
+                   help=f"the rows of fp32 matmuls measured with this dot precision (default {FP32_DOT}, the code "
+                        "generator's; rows collected before 2026-12-05 are ieee)")
+
+
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
 
     hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags,
              "width_split": not args.no_width_split}
-    result = train(args.data, args.out, folds=args.folds, first_graphs=args.graphs, **hyper)
+    result = train(args.data, args.out, folds=args.folds, first_graphs=args.graphs, fp32_dot=args.fp32_dot, **hyper)
     cv = result["cv"]
     print(f"cross-validation, {cv['folds']} folds holding out whole graphs (plan rankings within each graph):")
     print(format_figures(cv))
@@ -195,7 +203,7 @@ def _cmd_costmodel_evaluate(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.learned import load
     from fusionsearch.costmodel.train import evaluate, format_figures
 
-    figures = evaluate(load(args.model), args.data)
+    figures = evaluate(load(args.model), args.data, fp32_dot=args.fp32_dot)
     print(format_figures(figures))
     print("(graphs the model was trained on score optimistically; `costmodel train` prints held-out figures)")
     return 0
@@ -365,10 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-width-split", action="store_true",
                    help="one set of models for every kernel (default: graphs with 16-bit matmul operands get "
                         "their own, which price all but fp32 matmul templates)")
+    _fp32_dot_argument(p)
     p.set_defaults(func=_cmd_costmodel_train)
     p = cm_sub.add_parser("evaluate", help="rank each graph's plans with a model and compare to the measurements")
     p.add_argument("model", help="model file written by `costmodel train`")
     p.add_argument("data", help="measurements dataset")
+    _fp32_dot_argument(p)
     p.set_defaults(func=_cmd_costmodel_evaluate)
     # ---- end costmodel ----
     return parser

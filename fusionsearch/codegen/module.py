@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.pointwise import generate_pointwise
-from fusionsearch.codegen.templates import generate_template
+from fusionsearch.codegen.templates import FP32_DOT, generate_template
 from fusionsearch.errors import CodegenError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import dtype_name
@@ -227,7 +227,7 @@ class PlanModule:
 def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
                     upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False,
                     persistent: bool = False, split_epilogue: bool = False,
-                    warp_specialize: bool = False, fp32_dot: str = "ieee") -> PlanModule:
+                    warp_specialize: bool = False, fp32_dot: str = FP32_DOT) -> PlanModule:
     """Generate the whole plan as one module; a pure function of (graph, plan, options).
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
@@ -242,10 +242,11 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
     epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
     loop (load and MMA warps apart) instead of the flattened one. `fp32_dot`: how matmuls of fp32 operands
-    multiply: "ieee" (exact fp32 products, what eager PyTorch computes: the FMA units), "tf32x3" (each operand
-    split into two tf32 parts, three tensor-core products: near-fp32 accuracy) or "tf32" (one tensor-core
-    product, about 10 mantissa bits); compiled for sm_90 an fp32 template's K loop is 2,279, 479 and 110 SASS
-    instructions (benchmarks/results/h200-2026-12-04b-collect/one-off/tf32x3_compile.txt)."""
+    multiply: "tf32x3" (default since 2026-12-04: each operand split into two tf32 parts, three tensor-core
+    products; within 7e-7 of float64 on the H200 where eager's exact fp32 is within 1.6e-6), "ieee" (exact fp32
+    products on the FMA units, as eager PyTorch: 2.3x slower over 1,629 measured fp32 templates, up to 100x
+    with a prologue feeding the dot) or "tf32" (one tensor-core product, about 10 mantissa bits: 8e-4, fails the
+    fp32 tolerance); benchmarks/results/h200-2026-12-04c-fp32-dot/."""
     if warp_specialize and not persistent:
         raise CodegenError("warp_specialize splits a persistent template's tile loop: it needs persistent=True")
     g = plan.graph

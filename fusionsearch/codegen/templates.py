@@ -20,6 +20,8 @@ from fusionsearch.search.plan import TemplateKernel, TileConfig, template_operan
 # tl.dot's input precision for fp32 operands, by codegen option (generate_module's `fp32_dot`): exact fp32
 # products on the FMA units (eager PyTorch's), or the tensor cores in three tf32 products or one.
 FP32_DOTS = {"ieee": "ieee", "tf32x3": "tf32x3", "tf32": "tf32"}
+# The default. Dataset rows record it (`fp32_dot`), and the cost model trains on the rows measured with it.
+FP32_DOT = "tf32x3"
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
                       upcast_prologue: bool = False, upcast_epilogue: bool = True,
                       serial_split_k: bool = True, tma_loads: bool = False,
                       persistent: bool = False, split_epilogue: bool = False,
-                      warp_specialize: bool = False, fp32_dot: str = "ieee") -> list[GeneratedKernel]:
+                      warp_specialize: bool = False, fp32_dot: str = FP32_DOT) -> list[GeneratedKernel]:
     """The Triton kernel(s) of one template step: the matmul, and with split-K the reduce + epilogue kernel,
     or with `serial_split_k` one kernel in which the last split to finish a tile sums the partial tiles and
     runs the epilogue (one launch instead of two; a per-tile arrival counter, reset by that last split).

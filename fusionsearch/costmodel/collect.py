@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from fusionsearch.datasets.measurements import append_rows, read_rows
+from fusionsearch.codegen.templates import FP32_DOT
+from fusionsearch.datasets.measurements import append_rows, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
 from fusionsearch.measure.bench import kernel_times
 
@@ -93,7 +94,8 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
 
     hw = Hardware.detect()
     sig = hardware_signature()
-    done = {(r["graph_id"], r["plan_id"]) for r in read_rows(out_path)}
+    # A plan with an fp32 matmul measured with another fp32 dot than today's code generator's is measured again
+    done = {(r["graph_id"], r["plan_id"]) for r in rows_for_fp32_dot(read_rows(out_path), FP32_DOT)}
     counts: dict[str, int] = {}
     pool = CompilePool(options.compile_workers, device=options.device)
     # One measurement worker for the whole collection: a kernel that faults or hangs costs its own rows
@@ -236,20 +238,21 @@ def _measure_plan(g: Any, gid: str, plan: Any, failure: str, worker: Any, hw: An
     # The graph spec and the plan travel with the measurement, so a later feature schema recomputes the
     # features of these rows instead of discarding what was measured.
     base = {"graph_id": gid, "plan_id": pid, "schema_version": schema, "hardware": sig, "graph": g.to_dict(),
-            "plan": plan.to_dict()}
+            "plan": plan.to_dict(), "fp32_dot": FP32_DOT}
     try:
         judgement = None if failure else worker.judge(plan.to_json(), kernels=True)
     except FusionSearchError as e:  # the worker could not even set up this graph: its plans fail, the rest go on
         failure = f"failed: {e}"
         judgement = None
     status, reason = _status(failure, judgement)
+    rel_err = judgement.rel_err if judgement is not None else None  # the plan's error against float64
     times = list(judgement.kernel_us) if status == "ok" and judgement is not None and judgement.kernel_us else \
         [float("nan")] * len(plan.kernels)
     rows = []
     for i in range(len(plan.kernels)):
         res = resources[i]
         rows.append({**base, "kernel_index": i, "kernel_kind": plan.kernels[i].kind, "status": status,
-                     "reason": reason, "time_us": times[i],
+                     "reason": reason, "time_us": times[i], "rel_err": rel_err,
                      "resources": None if res is None else dataclasses.asdict(res),
                      "features": kernel_features(plan, i, hw, resources=res)})
     return rows

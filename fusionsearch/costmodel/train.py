@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 from sklearn.model_selection import GroupKFold
 
+from fusionsearch.codegen.templates import FP32_DOT, FP32_DOTS
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     FEATURE_NAMES,
@@ -24,7 +25,7 @@ from fusionsearch.costmodel.features import (
     to_matrix,
 )
 from fusionsearch.costmodel.learned import LearnedCostModel, without_compiled
-from fusionsearch.datasets.measurements import read_rows
+from fusionsearch.datasets.measurements import read_rows, rows_for_fp32_dot
 from fusionsearch.errors import CostModelError
 
 __all__ = ["METRICS", "cross_validate", "cv_splits", "evaluate", "format_figures", "load_dataset", "train"]
@@ -34,9 +35,10 @@ METRICS = ("kendall_tau", "spearman", "pairwise_accuracy", "top1_regret", "top5_
 Dataset = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
 
 
-def _schema_rows(path: str) -> list[dict[str, Any]]:
+def _schema_rows(path: str, fp32_dot: str = FP32_DOT) -> list[dict[str, Any]]:
     """Every row in the current feature schema (any status), older rows re-featured from the graph and plan
-    they carry; CostModelError when the file has none."""
+    they carry, of plans whose fp32 matmuls (if any) were measured with `fp32_dot` (the code generator's
+    default: what the search will run); CostModelError when the file has none."""
     if not os.path.isfile(path):
         raise CostModelError(f"{path}: no such dataset file")
     rows = read_rows(path)
@@ -48,7 +50,9 @@ def _schema_rows(path: str) -> list[dict[str, Any]]:
         raise CostModelError(f"{path}: no rows of feature schema v{FEATURE_SCHEMA_VERSION} "
                              f"(found v{', v'.join(seen)}, without the graph and plan to recompute them); collect "
                              "the measurements again with this fusionsearch")
-    return current
+    if fp32_dot not in FP32_DOTS:
+        raise CostModelError(f"fp32_dot must be one of {', '.join(FP32_DOTS)}, got {fp32_dot!r}")
+    return rows_for_fp32_dot(current, fp32_dot)
 
 
 def _usable(row: dict[str, Any]) -> bool:
@@ -57,17 +61,18 @@ def _usable(row: dict[str, Any]) -> bool:
             and isinstance(row.get("features"), dict))
 
 
-def load_dataset(path: str) -> Dataset:
+def load_dataset(path: str, fp32_dot: str = FP32_DOT) -> Dataset:
     """(X, y, groups, rows) of the measured kernels: features in FEATURE_NAMES order, times (µs), graph ids,
-    and the rows themselves; only status-ok rows of the current feature schema. CostModelError when none."""
-    return _load(path)[:4]  # type: ignore[return-value]
+    and the rows themselves; only status-ok rows of the current feature schema, fp32 matmuls as measured with
+    `fp32_dot`. CostModelError when none."""
+    return _load(path, fp32_dot=fp32_dot)[:4]  # type: ignore[return-value]
 
 
-def _load(path: str, first_graphs: int | None = None
+def _load(path: str, first_graphs: int | None = None, fp32_dot: str = FP32_DOT
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], list[dict[str, Any]]]:
     """load_dataset's four, and every row of the current schema (failed ones too: they mark incomplete plans);
     with `first_graphs`, only the rows of the first that many graphs in the file's (collection) order."""
-    every = _schema_rows(path)
+    every = _schema_rows(path, fp32_dot)
     if first_graphs is not None:
         every = _first_graphs(every, first_graphs, path)
     rows = [r for r in every if _usable(r)]
@@ -144,11 +149,11 @@ def _oof_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: in
     return pred, held_out, uncompiled
 
 
-def cross_validate(data_path: str, folds: int = 5, **hyper: Any) -> dict[str, Any]:
+def cross_validate(data_path: str, folds: int = 5, fp32_dot: str = FP32_DOT, **hyper: Any) -> dict[str, Any]:
     """Held-out ranking figures: train one model per fold, predict the graphs it never saw, and score every
     graph's plans with those predictions (learned vs analytic, as `evaluate`). Adds `folds` and `held_out`
     (the graph ids of each fold's test set)."""
-    return _cross_validate(*_load(data_path), folds, hyper)
+    return _cross_validate(*_load(data_path, fp32_dot=fp32_dot), folds, hyper)
 
 
 def _cross_validate(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list[dict[str, Any]],
@@ -161,11 +166,11 @@ def _cross_validate(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list
 
 
 def train(data_path: str, out_path: str, folds: int = 5, first_graphs: int | None = None,
-          **hyper: Any) -> dict[str, Any]:
+          fp32_dot: str = FP32_DOT, **hyper: Any) -> dict[str, Any]:
     """Fit a model on every ok row of `data_path` (of its first `first_graphs` graphs, when given), save it to
     `out_path`, and report grouped cross-validation (`cv`: the held-out figures of `cross_validate`) with the
     row and graph counts."""
-    X, y, groups, rows, every = _load(data_path, first_graphs)
+    X, y, groups, rows, every = _load(data_path, first_graphs, fp32_dot)
     cv = _cross_validate(X, y, groups, rows, every, folds, hyper)
     model = _model(hyper).fit(X, y, hardware=_hardware(rows, data_path), groups=groups)
     model.save(out_path)
@@ -173,13 +178,13 @@ def train(data_path: str, out_path: str, folds: int = 5, first_graphs: int | Non
             "params": model.get_params(), "cv": cv}
 
 
-def evaluate(model: LearnedCostModel, data_path: str) -> dict[str, Any]:
+def evaluate(model: LearnedCostModel, data_path: str, fp32_dot: str = FP32_DOT) -> dict[str, Any]:
     """Ranking figures of `model` on every graph of `data_path` (optimistic if it was trained on them: use
     `cross_validate` for held-out figures). Per graph, over its fully measured plans: Kendall tau and
     Spearman between predicted and measured plan times, pairwise ranking accuracy, and top-1/top-5 regret
     ((measured time of the best of the model's k first plans − measured best) / measured best); the mean
     over graphs under each name, the median under `<name>_median`, the analytic model's under `analytic_<name>`."""
-    X, _, _, rows, every = _load(data_path)
+    X, _, _, rows, every = _load(data_path, fp32_dot=fp32_dot)
     return _figures(every, rows, model.predict(X), X)
 
 

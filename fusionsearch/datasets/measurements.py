@@ -77,3 +77,23 @@ def append_rows(path: str, rows: Iterable[dict[str, Any]]) -> int:
     finally:
         os.close(fd)
     return len(rows)
+
+
+def fp32_dot_of(row: dict[str, Any]) -> str:
+    """How the row's fp32 matmuls multiplied (the code generator's `fp32_dot`): rows collected before rows
+    recorded it were all measured with the IEEE dot."""
+    return str(row.get("fp32_dot") or "ieee")
+
+
+def _fp32_dot_template(row: dict[str, Any]) -> bool:
+    f = row.get("features")
+    return isinstance(f, dict) and f.get("kind_template") == 1 and f.get("a_bits") == 32
+
+
+def rows_for_fp32_dot(rows: Iterable[dict[str, Any]], fp32_dot: str) -> list[dict[str, Any]]:
+    """The rows that describe today's kernels when fp32 matmuls multiply with `fp32_dot`: every row of a plan
+    without an fp32 matmul template, and of plans with one only the rows measured with that option (a plan
+    may be in the file twice, measured with each)."""
+    rows = list(rows)
+    fp32_plans = {(r.get("graph_id"), r.get("plan_id")) for r in rows if _fp32_dot_template(r)}
+    return [r for r in rows if (r.get("graph_id"), r.get("plan_id")) not in fp32_plans or fp32_dot_of(r) == fp32_dot]

@@ -1,5 +1,5 @@
-"""How fp32 matmuls multiply (codegen option `fp32_dot`): Triton's IEEE dot by default (eager PyTorch's exact
-fp32 products, on the FMA units), or the tensor cores in three tf32 products (tf32x3) or one (tf32). The
+"""How fp32 matmuls multiply (codegen option `fp32_dot`): the tensor cores in three tf32 products by default
+(tf32x3), Triton's IEEE dot (eager PyTorch's exact fp32 products, on the FMA units), or one tf32 product. The
 interpreter computes every dot in fp32 whatever the option, so the accuracy of the tensor-core forms is for the
 GPU to show; here: the option reaches the dot of fp32 matmuls only, the kernels still match float64, an unknown
 option is refused, and compiled for sm_90 the tensor-core forms' K loop is shorter than the FMA one's."""
@@ -25,6 +25,11 @@ def test_the_option_sets_the_dot_precision_of_fp32_matmuls_and_they_match_the_re
     assert source.count(f'input_precision="{fp32_dot}"') == 1 and source.count("input_precision") == 1
     v = validate(plan, g, fp32_dot=fp32_dot)
     assert v.ok, v.reason
+
+
+def test_the_default_is_tf32x3() -> None:
+    g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=16, K=64, N=64)
+    assert 'input_precision="tf32x3"' in P.fully_fused(g).compile().source
 
 
 def test_16_bit_matmuls_ignore_it() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fusionsearch as fs
+from fusionsearch.codegen.templates import FP32_DOT
 from fusionsearch.costmodel import H200, fits
 from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_SCHEMA_VERSION, plan_features
 from fusionsearch.datasets.measurements import append_rows
@@ -73,7 +74,7 @@ def synthetic_rows(seed: int = 0) -> list[dict[str, Any]]:
                 rows.append({"features": f, "schema_version": FEATURE_SCHEMA_VERSION, "graph_id": gid,
                              "plan_id": f"p{j}", "kernel_index": i, "status": "ok", "time_us": truth_us(f, rng),
                              "hardware": {"device": H200.name, "profile": H200.to_dict()},
-                             "graph": g.to_dict(), "plan": plan.to_dict()})
+                             "graph": g.to_dict(), "plan": plan.to_dict(), "fp32_dot": FP32_DOT})
     return rows
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fusionsearch.codegen.templates import FP32_DOT
 from fusionsearch.costmodel.collect import CollectOptions, collect
 from fusionsearch.costmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
-from fusionsearch.datasets.measurements import append_rows, read_rows
+from fusionsearch.costmodel.train import load_dataset
+from fusionsearch.datasets.measurements import append_rows, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError
 
 OPTS = dict(plans_per_graph=3, device="cpu", shape_scale="small", compile_workers=1, dtypes=("float32",),
@@ -47,6 +49,35 @@ def test_a_killed_collection_leaves_a_readable_file_that_resumes(tmp_path: Path)
     keys = [(r["graph_id"], r["plan_id"], r["kernel_index"]) for r in after]
     assert len(keys) == len(set(keys)), "a resumed collection measured a plan twice"
     assert len({r["graph_id"] for r in after}) == 3
+
+
+def test_plans_with_fp32_matmuls_measured_with_another_dot_are_measured_again_and_trained_on_apart(
+        tmp_path: Path) -> None:
+    """Rows record how fp32 matmuls multiplied; a collection resumed under another code generator default
+    measures those plans again (and only those), and training reads the rows of the dot asked for."""
+    path = str(tmp_path / "m.jsonl.gz")
+    opts = {**OPTS, "dtypes": ("float16", "float32"), "plans_per_graph": 2}
+    collect(path, CollectOptions(graphs=2, **opts))  # seed 0: one fp16 graph, one fp32 graph
+    first = read_rows(path)
+    assert {r["fp32_dot"] for r in first} == {FP32_DOT}
+    assert all(r["status"] == "ok" and 0 <= r["rel_err"] <= 1e-3 for r in first)
+
+    def fp32_plan(r: dict) -> bool:
+        return any(o["features"]["kind_template"] == 1 and o["features"]["a_bits"] == 32 for o in first
+                   if (o["graph_id"], o["plan_id"]) == (r["graph_id"], r["plan_id"]))
+    fp32_keys = {(r["graph_id"], r["plan_id"]) for r in first if fp32_plan(r)}
+    assert fp32_keys and len(fp32_keys) < len({(r["graph_id"], r["plan_id"]) for r in first})
+    legacy = str(tmp_path / "legacy.jsonl.gz")  # as collected before rows said: the IEEE dot
+    append_rows(legacy, [{k: v for k, v in r.items() if k != "fp32_dot"} for r in first])
+    collect(legacy, CollectOptions(graphs=2, **opts))
+    added = read_rows(legacy)[len(first):]
+    assert {(r["graph_id"], r["plan_id"]) for r in added} == fp32_keys
+    assert {r["fp32_dot"] for r in added} == {FP32_DOT}
+    every = read_rows(legacy)
+    assert len(rows_for_fp32_dot(every, FP32_DOT)) == len(first)
+    assert rows_for_fp32_dot(every, "ieee") == [{k: v for k, v in r.items() if k != "fp32_dot"} for r in first]
+    assert len(load_dataset(legacy)[0]) == len(first) == len(load_dataset(legacy, fp32_dot="ieee")[0])
+    assert all(r.get("fp32_dot") == FP32_DOT or not fp32_plan(r) for r in load_dataset(legacy)[3])
 
 
 def test_appending_cuts_a_torn_tail_and_keeps_every_complete_batch(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import torch
 
 import fusionsearch as fs
 from fusionsearch.codegen.resources import KernelResources
+from fusionsearch.codegen.templates import FP32_DOT
 from fusionsearch.costmodel import H200
 from fusionsearch.costmodel.collect import add_resources
 from fusionsearch.costmodel.features import (
@@ -63,7 +64,7 @@ def spill_rows(n_graphs: int = 12, plans: int = 8) -> list[dict[str, Any]]:
             time = f["roofline_us"] * (1.0 + stack / 512) * float(np.exp(rng.normal(0, 0.01)))
             rows.append({"features": f, "schema_version": FEATURE_SCHEMA_VERSION, "graph_id": f"g{gi}",
                          "plan_id": f"p{pi}", "kernel_index": 0, "status": "ok", "time_us": time,
-                         "hardware": {"device": H200.name, "profile": H200.to_dict()}})
+                         "hardware": {"device": H200.name, "profile": H200.to_dict()}, "fp32_dot": FP32_DOT})
     return rows
 
 
