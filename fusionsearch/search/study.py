@@ -130,6 +130,11 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
+# What opening an RDB storage raises while another worker creates the same schema (PostgreSQL: a row or a
+# table created twice); opening again succeeds.
+SCHEMA_RACES = ("IntegrityError", "UniqueViolation", "DuplicateTable")
+
+
 def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
     """In memory when None; 'journal:PATH' for a journal file; any RDB URL (sqlite:///, postgresql://).
 
@@ -156,7 +161,7 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
             return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
                                               heartbeat_stale_trial_callback=retry, **kwargs)
         except Exception as e:  # a bad URL or unreachable server is the user's to fix
-            if attempt < 4 and ("sqlite" in url or "IntegrityError" in repr(e) or "UniqueViolation" in repr(e)):
+            if attempt < 4 and ("sqlite" in url or any(race in repr(e) for race in SCHEMA_RACES)):
                 time.sleep(0.5)  # another worker is creating the schema at this moment
                 continue
             why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__

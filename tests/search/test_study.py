@@ -278,6 +278,34 @@ def _run_workers(tmp_path: Path, storage_url: str, name: str, n: int) -> list[st
     return outs
 
 
+def test_opening_a_storage_while_another_worker_creates_its_schema_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL refuses the second of two concurrent schema creations (a table that already exists): the
+    storage is opened again instead of failing the worker; any other error is the user's, at once."""
+    calls = []
+
+    class DuplicateTable(Exception):
+        pass
+
+    def rdb(url: str, **kwargs: object) -> str:
+        calls.append(url)
+        if len(calls) == 1:
+            raise DuplicateTable('relation "studies" already exists')
+        return "storage"
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", rdb)
+    monkeypatch.setattr(S.time, "sleep", lambda s: None)
+    assert S.make_storage("postgresql://u@host/db") == "storage" and len(calls) == 2
+
+    def refused(url: str, **kwargs: object) -> str:
+        calls.append(url)
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", refused)
+    with pytest.raises(SpecError, match="cannot be opened: connection refused"):
+        S.make_storage("postgresql://u@host/db")
+    assert len(calls) == 3
+
+
 @pytest.mark.parametrize("kind", STORAGE_KINDS)
 def test_three_workers_on_one_storage_run_exactly_the_total(tmp_path: Path, kind: str,
                                                             storage_url: Callable[[str], str]) -> None:
