@@ -183,7 +183,7 @@ def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--fp32-dot", choices=tuple(FP32_DOTS), default=FP32_DOT,
                    help=f"the rows of fp32 matmuls measured with this dot precision (default {FP32_DOT}, the code "
-                        "generator's; rows collected before 2026-12-05 are ieee)")
+                        "generator's; rows that do not say were measured with ieee)")
 
 
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
