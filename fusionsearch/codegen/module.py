@@ -245,7 +245,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     multiply: "tf32x3" (default since 2026-12-04: each operand split into two tf32 parts, three tensor-core
     products; within 7e-7 of float64 on the H200 where eager's exact fp32 is within 1.6e-6), "ieee" (exact fp32
     products on the FMA units, as eager PyTorch: over 1,629 measured fp32 templates slower in 74%, 2.3x in
-    geometric mean, up to 100x with a prologue feeding the dot) or "tf32" (one tensor-core product, about 10
+    geometric mean, up to 106x with a prologue feeding the dot) or "tf32" (one tensor-core product, about 10
     mantissa bits: 8e-4, fails the fp32 tolerance); benchmarks/results/h200-2026-12-04c-fp32-dot/."""
     if warp_specialize and not persistent:
         raise CodegenError("warp_specialize splits a persistent template's tile loop: it needs persistent=True")

@@ -39,6 +39,8 @@ def _schema_rows(path: str, fp32_dot: str = FP32_DOT) -> list[dict[str, Any]]:
     """Every row in the current feature schema (any status), older rows re-featured from the graph and plan
     they carry, of plans whose fp32 matmuls (if any) were measured with `fp32_dot` (the code generator's
     default: what the search will run); CostModelError when the file has none."""
+    if fp32_dot not in FP32_DOTS:  # before reading the file: a wrong argument is named at once
+        raise CostModelError(f"fp32_dot must be one of {', '.join(FP32_DOTS)}, got {fp32_dot!r}")
     if not os.path.isfile(path):
         raise CostModelError(f"{path}: no such dataset file")
     rows = read_rows(path)
@@ -50,8 +52,6 @@ def _schema_rows(path: str, fp32_dot: str = FP32_DOT) -> list[dict[str, Any]]:
         raise CostModelError(f"{path}: no rows of feature schema v{FEATURE_SCHEMA_VERSION} "
                              f"(found v{', v'.join(seen)}, without the graph and plan to recompute them); collect "
                              "the measurements again with this fusionsearch")
-    if fp32_dot not in FP32_DOTS:
-        raise CostModelError(f"fp32_dot must be one of {', '.join(FP32_DOTS)}, got {fp32_dot!r}")
     return rows_for_fp32_dot(current, fp32_dot)
 
 

@@ -186,6 +186,11 @@ def test_a_dataset_without_usable_rows_is_refused(tmp_path: Path) -> None:
         load_dataset(path)
 
 
+def test_an_unknown_fp32_dot_is_refused_before_the_file_is_read(tmp_path: Path) -> None:
+    with pytest.raises(CostModelError, match="fp32_dot must be one of ieee, tf32x3, tf32, got 'fast'"):
+        load_dataset(str(tmp_path / "missing.jsonl.gz"), fp32_dot="fast")
+
+
 # ---- model files ---------------------------------------------------------------------------------
 
 def test_fp32_templates_are_priced_by_the_models_of_all_graphs_and_the_rest_by_those_of_16_bit_graphs(
