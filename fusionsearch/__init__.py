@@ -18,11 +18,12 @@ from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
 __version__ = "0.1.0"
 
 
-def capture(fn_or_module, *example_inputs):  # type: ignore[no-untyped-def]
-    """Trace a PyTorch function or nn.Module into an OpGraph; unsupported aten ops become extern nodes."""
+def capture(fn_or_module, *example_inputs, **example_kwargs):  # type: ignore[no-untyped-def]
+    """Trace a PyTorch function or nn.Module into an OpGraph; unsupported aten ops become extern nodes. Tensor
+    arguments (positional or keyword) become inputs; Python numbers and defaults are constants of the trace."""
     from fusionsearch.graph.capture import capture as _capture
 
-    return _capture(fn_or_module, *example_inputs)
+    return _capture(fn_or_module, *example_inputs, **example_kwargs)
 
 
 def backend(**options):  # type: ignore[no-untyped-def]

@@ -310,14 +310,21 @@ def load_default(path: str | None = None) -> LearnedCostModel | None:
     path = path or hardware.DEFAULT_MODEL_PATH
     if not os.path.isfile(path):
         return None
-    try:
-        model = load(path)
-    except CostModelError as e:
-        warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=2)
-        return None
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _LOADED:  # a model takes seconds to load: once per process and file (the backend searches
+        try:                # one region after another, each search asking for it)
+            _LOADED[key] = load(path)
+        except CostModelError as e:
+            warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=2)
+            return None
+    model = _LOADED[key]
     if not model.hardware_ or model.hardware_.get("name") != Hardware.detect().name:
         return None
     return model
+
+
+_LOADED: dict[tuple[str, int, int], LearnedCostModel] = {}
 
 
 class CorrectedModel:

@@ -42,13 +42,19 @@ class PlanCache:
 
     def load(self, key: str, g: OpGraph) -> Plan | None:
         """The cached plan for `g`, or None when there is none (or the entry is unreadable or for another graph)."""
+        entry = self.load_entry(key, g)
+        return None if entry is None else entry[0]
+
+    def load_entry(self, key: str, g: OpGraph) -> tuple[Plan, dict[str, Any]] | None:
+        """The cached plan for `g` with the whole record it was stored with (best_us, the race against
+        Inductor, ...), or None as `load`."""
         try:
             with open(self._path(key)) as f:
                 record = json.load(f)
             if record.get("format") != FORMAT or record.get("graph") != g.signature_hash():
                 return None
-            return Plan.from_dict(record["plan"], g)
-        except (OSError, ValueError, KeyError, TypeError, FusionSearchError):
+            return Plan.from_dict(record["plan"], g), record
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, FusionSearchError):
             return None
 
     def store(self, key: str, g: OpGraph, plan: Plan, best_us: float, extra: dict[str, Any] | None = None) -> str:

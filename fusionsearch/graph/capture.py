@@ -49,36 +49,85 @@ _CASTS = {"_to_copy", "to", "convert_element_type"}
 _VIEWS = {"view", "_unsafe_view", "reshape"}
 
 
-def capture(fn_or_module: Callable[..., Any], *example_inputs: torch.Tensor) -> OpGraph:
-    """Trace `fn_or_module(*example_inputs)` into an OpGraph; unsupported aten ops become extern nodes.
+@dataclass(frozen=True)
+class CapturedProgram:
+    """A traced program: its OpGraph, whose outputs are the `returned` values the function returns followed by
+    one new value per input it writes in place (`mutated[i]` names the graph input that output
+    `returned + i` overwrites: a KV cache written at `input_pos`, say). Whoever runs the graph must write
+    those values back, as eager PyTorch would have."""
 
-    Graph inputs are the example tensors (named after the function's parameters), then an nn.Module's
-    parameters and buffers (dots replaced by '_'); outputs are the returned tensors in order.
-    """
+    graph: OpGraph
+    returned: int
+    mutated: tuple[str, ...]
+
+
+def capture(fn_or_module: Callable[..., Any], *example_inputs: Any, **example_kwargs: Any) -> OpGraph:
+    """Trace `fn_or_module(*example_inputs, **example_kwargs)` into an OpGraph; unsupported aten ops become
+    extern nodes.
+
+    Graph inputs are the tensor arguments (named after the function's parameters; keyword tensors by their
+    keyword), then an nn.Module's parameters and buffers (dots replaced by '_'); Python numbers, None and
+    parameters left to their defaults are constants of the trace; outputs are the returned tensors in order.
+    A function that writes one of its inputs in place is refused (use capture_program, which returns the new
+    values as outputs)."""
+    program = capture_program(fn_or_module, *example_inputs, **example_kwargs)
+    if program.mutated:
+        raise GraphError(f"the captured function writes its input {program.mutated[0]!r} in place (copy_, "
+                         "index_put_, slice assignment); return the new value instead")
+    return program.graph
+
+
+def capture_program(fn_or_module: Callable[..., Any], *example_inputs: Any, **example_kwargs: Any
+                    ) -> CapturedProgram:
+    """capture(), keeping what the function writes into its inputs: each in-place write of an input becomes
+    one more output of the graph (see CapturedProgram)."""
     if not callable(fn_or_module):
         raise GraphError(f"capture needs a function or nn.Module, got {type(fn_or_module).__name__}")
-    for i, t in enumerate(example_inputs):
-        if not isinstance(t, torch.Tensor):
-            raise GraphError(f"capture's example input {i} must be a torch.Tensor, got {type(t).__name__}")
-    fn, names, flat = _flatten(fn_or_module, list(example_inputs))
+    fn, names, flat = _flatten(fn_or_module, list(example_inputs), example_kwargs)
     gm = _trace(fn, flat)
-    return _Builder(gm).build(names, flat)
+    builder = _Builder(gm)
+    g = builder.build(names, flat)
+    returned = len(g.outputs)
+    if builder.mutations:
+        g.set_outputs([*g.outputs, *(value for _, value in builder.mutations)])
+    return CapturedProgram(g, returned, tuple(name for name, _ in builder.mutations))
 
 
-def _flatten(fn: Callable[..., Any], inputs: list[torch.Tensor]
+def _flatten(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
              ) -> tuple[Callable[..., Any], list[str], list[torch.Tensor]]:
-    """A function of tensors only, its input names and example values: module state becomes trailing inputs."""
-    names = _param_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    if not isinstance(fn, torch.nn.Module):
-        return fn, names, inputs
-    module, n = fn, len(inputs)
-    state = _named_state(module)
+    """A function of tensors only, its input names and example values: tensor arguments (positional or
+    keyword) become inputs, other arguments constants of the trace, module state trailing inputs."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    slots = _argument_slots(target, args, kwargs)
+    tensors = [(name, value) for name, value in slots if isinstance(value, torch.Tensor)]
+    names, inputs = [n for n, _ in tensors], [v for _, v in tensors]
+    n = len(inputs)
+    state = _named_state(fn) if isinstance(fn, torch.nn.Module) else []
     keys = [k for k, _ in state]
+    positional = len(args)
 
-    def call(*tensors: torch.Tensor) -> Any:
-        return torch.func.functional_call(module, dict(zip(keys, tensors[n:], strict=True)), tuple(tensors[:n]))
+    def call(*flat: torch.Tensor) -> Any:
+        it = iter(flat[:n])
+        values = [next(it) if isinstance(v, torch.Tensor) else v for _, v in slots]
+        call_args, call_kwargs = values[:positional], dict(zip(kwargs, values[positional:], strict=True))
+        if isinstance(fn, torch.nn.Module):
+            return torch.func.functional_call(fn, dict(zip(keys, flat[n:], strict=True)), tuple(call_args),
+                                              call_kwargs)
+        return fn(*call_args, **call_kwargs)
 
     return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state]
+
+
+def _argument_slots(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(name, value) of each argument given, positional then keyword; refuses values a trace cannot hold."""
+    names = _param_names(fn, len(args))
+    slots = list(zip(names, args, strict=True)) + list(kwargs.items())
+    for i, (name, value) in enumerate(slots):
+        if not isinstance(value, torch.Tensor | bool | int | float | None):
+            where = f"example input {i}" if i < len(args) else f"keyword argument {name!r}"
+            raise GraphError(f"capture's {where} must be a tensor or a Python number (a constant of the trace), "
+                             f"got {type(value).__name__}")
+    return slots
 
 
 def _named_state(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -169,6 +218,7 @@ class _Builder:
         self.gm = gm
         self.g = OpGraph()
         self.env: dict[fx.Node, Value] = {}
+        self.mutations: list[tuple[str, str]] = []  # (graph input, its new value), in program order
 
     def build(self, names: list[str], examples: list[torch.Tensor]) -> OpGraph:
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
@@ -187,6 +237,14 @@ class _Builder:
                     raise GraphError("the captured function must return a tensor or a tuple/list of tensors")
                 self.g.set_outputs([self._tensor(leaf) for leaf in leaves])
         return self.g
+
+    def _mutate(self, target: str, value: str, node: fx.Node) -> None:
+        """Record `target` (a graph input) overwritten with `value`; its shape and dtype must stay as they are."""
+        t, v = self.g.node(target), self.g.node(value)
+        if (t.shape, t.dtype) != (v.shape, v.dtype):
+            raise GraphError(f"input {node.name} is written in place with a {list(v.shape)} {v.dtype} value over "
+                             f"its {list(t.shape)} {t.dtype}")
+        self.mutations = [(n, val) for n, val in self.mutations if n != target] + [(target, value)]
 
     # ---- values ---------------------------------------------------------------------------------
     def _name(self, base: str) -> str:
@@ -247,8 +305,9 @@ class _Builder:
         if isinstance(node.meta.get("val"), tuple | list):
             return _Multi(node)
         op = target.overloadpacket.__name__
-        if op == "copy_" and args[0].op == "placeholder":
-            return None  # an input mutation: a side effect outside the graph's dataflow
+        if op == "copy_" and args[0].op == "placeholder":  # an input written in place: its new value
+            self._mutate(self._tensor(args[0]), self._tensor(args[1]), args[0])
+            return None
         if op in _IDENTITY or (op in _CASTS and _cast_dtype(node) in (None, self._dtype(args[0]))):
             return self.env[args[0]]
         if op == "scalar_tensor":

@@ -183,7 +183,7 @@ def test_a_region_that_fails_falls_back_instead_of_failing_the_model(tmp_path: P
     def broken(*args: object) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(PlanCache, "load", broken)
+    monkeypatch.setattr(PlanCache, "load_entry", broken)
     block = ns["MLPBlock"]().eval()
     x = torch.randn(8, 64)
     compiled, be = _compile(block, tmp_path)
@@ -242,7 +242,7 @@ def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
     """The whole graph handed to Inductor with each tuned region one fusionsearch::region call: it computes
     what the regions run one by one compute. Inductor's CPU code and the interpreter here; GPUs in the backend."""
     from fusionsearch.dynamo.backend import BackendOptions, _Compiler, _inductor_whole
-    from fusionsearch.graph.capture import capture
+    from fusionsearch.graph.capture import CapturedProgram, capture
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
@@ -269,7 +269,7 @@ def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
         for step in steps:
             env.update(zip(step.outputs, step.run(*[env[i] for i in step.inputs]), strict=True))
         one_by_one = [env[o] for o in g.outputs]
-        whole = _inductor_whole(g, steps, values)
+        whole = _inductor_whole(CapturedProgram(g, len(g.outputs), ()), steps, values)
         got = list(whole(*values))
         eager = block(x, r)
     assert len(got) == len(one_by_one) == 1

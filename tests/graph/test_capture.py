@@ -205,8 +205,9 @@ def test_captured_graph_round_trips_through_json(tmp_path: object) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     ((3, torch.randn(2)), "function or nn.Module"),
-    ((lambda x: x, [1.0, 2.0]), "example input 0 must be a torch.Tensor"),
-    ((lambda x: x, torch.randn(2), 2.0), "example input 1 must be a torch.Tensor"),
+    ((lambda x: x, [1.0, 2.0]), "example input 0 must be a tensor or a Python number"),
+    ((lambda x, y: x, torch.randn(2), "2.0"), "example input 1 must be a tensor or a Python number"),
+    ((lambda x: x, torch.randn(2), 2.0), "takes 1 positional argument but 2 were given"),
     ((lambda a, b: a @ b, torch.randn(2, 3), torch.randn(4, 3)), "tracing"),
     ((lambda x: x + torch.tensor([1.0, 2.0]), torch.randn(2)), "constant tensor"),
     ((lambda x: 3, torch.randn(2)), "must return a tensor"),
@@ -215,3 +216,36 @@ def test_bad_input_raises_one_clear_graph_error(args: tuple[object, ...], messag
     with pytest.raises(GraphError, match=message) as info:
         fs.capture(*args)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
+
+
+def test_default_and_keyword_arguments_and_python_scalars_capture() -> None:
+    def f(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, scale: float = 0.125) -> torch.Tensor:
+        return (q @ k.t()) * scale + mask
+
+    q, k, mask = torch.randn(4, 8), torch.randn(6, 8), torch.randn(4, 6)
+    g = fs.capture(f, q, k, mask)  # the default scale is a constant of the trace
+    assert g.inputs == ["q", "k", "mask"]
+    assert torch.allclose(fs.reference(g, [q, k, mask])[0], f(q, k, mask))
+    g = fs.capture(f, q, k, mask=mask, scale=0.5)  # a keyword tensor is an input, a keyword number a constant
+    assert g.inputs == ["q", "k", "mask"]
+    assert torch.allclose(fs.reference(g, [q, k, mask])[0], f(q, k, mask, 0.5))
+    with pytest.raises(GraphError, match="keyword argument 'scale' must be a tensor or a Python number"):
+        fs.capture(f, q, k, mask, scale="0.5")
+
+
+def test_an_in_place_write_of_an_input_is_an_output_of_the_program_and_refused_by_capture() -> None:
+    from fusionsearch.graph.capture import capture_program
+
+    def write(x: torch.Tensor, cache: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        cache[:, pos] = x * 2
+        return cache.sum(1) @ x
+
+    x, cache, pos = torch.randn(3, 2), torch.zeros(3, 5), torch.tensor([1, 4])
+    program = capture_program(write, x, cache, pos)
+    assert (program.returned, program.mutated) == (1, ("cache",))
+    written = cache.clone()
+    want = write(x, written, pos)
+    out, new_cache = fs.reference(program.graph, [x, cache, pos])
+    assert torch.allclose(out, want) and torch.equal(new_cache, written)
+    with pytest.raises(GraphError, match="writes its input 'cache' in place"):
+        fs.capture(write, x, cache, pos)

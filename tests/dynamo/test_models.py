@@ -1,0 +1,145 @@
+"""gpt-fast-style models through the backend on the CPU (Triton's interpreter runs the tuned kernels): the Llama
+decoder (float32 and int8 weight-only; the bf16 model code, since the interpreter miscomputes bf16) and the
+Mixtral-style MoE block compile with fullgraph=True and match eager over several decode steps, KV caches
+written in place included; and the race against Inductor keeps whichever code its timer finds faster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusionsearch as fs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.models import llama, moe  # noqa: E402
+
+STEPS = [5, 1, 1, 1]  # a prefill of 5 tokens, then three decode steps
+
+
+def _llama(int8: bool) -> torch.nn.Module:
+    model = llama.build(llama.tiny(), torch.float32, "cpu")
+    if int8:
+        llama.quantize_int8(model)
+    model.setup_caches(2, torch.float32, "cpu")
+    return model
+
+
+def _caches(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [t for layer in model.layers for t in (layer.attention.kv_cache.k_cache, layer.attention.kv_cache.v_cache)]
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_a_gpt_fast_decoder_writes_its_kv_cache_and_matches_eager_step_by_step(tmp_path: Path, int8: bool) -> None:
+    eager, compiled_model = _llama(int8), _llama(int8)
+    be = fs.backend(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model")
+    compiled = torch.compile(compiled_model, backend=be, fullgraph=True, dynamic=False)
+    gen = torch.Generator().manual_seed(0)
+    pos = 0
+    with torch.no_grad():
+        for n in STEPS:
+            idx, input_pos = torch.randint(0, 128, (2, n), generator=gen), torch.arange(pos, pos + n)
+            ref, out = eager(idx, input_pos), compiled(idx, input_pos)
+            assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4), (pos, float((out - ref).abs().max()))
+            for want, got in zip(_caches(eager), _caches(compiled_model), strict=True):
+                assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), pos
+                assert got[:, :, pos:pos + n].abs().sum() > 0  # the step's keys and values were written
+            pos += n
+    assert be.stats.declined == [] and be.stats.regions > 0
+
+
+def test_a_mixtral_style_moe_block_compiles_fullgraph_and_matches_eager(tmp_path: Path) -> None:
+    block = moe.build(moe.tiny(), torch.float32, "cpu")
+    be = fs.backend(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model")
+    compiled = torch.compile(block, backend=be, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        for tokens in (1, 6):
+            x = torch.randn(tokens, moe.tiny().dim, generator=torch.Generator().manual_seed(tokens))
+            ref = block(x)
+            assert torch.allclose(compiled(x), ref, rtol=1e-4, atol=1e-5)
+    assert be.stats.declined == [] and be.stats.regions > 0
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(32, 48), torch.nn.Linear(48, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def _raced(tmp_path: Path, faster: str) -> tuple[torch.Tensor, torch.Tensor, object, list[dict[str, float]]]:
+    """The block compiled with a timer that reports `faster` 10x faster than the other candidate."""
+    from fusionsearch.dynamo.backend import BackendOptions, _Compiler
+
+    asked: list[dict[str, float]] = []
+
+    def timer(candidates: dict) -> dict[str, float]:
+        for fn in candidates.values():
+            fn()  # both candidates run on the region's inputs
+        times = {name: 1.0 if name == faster else 10.0 for name in candidates}
+        asked.append(times)
+        return times
+
+    torch.manual_seed(0)
+    block = _Block().eval()
+    compiler = _Compiler(BackendOptions(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model",
+                                        inductor="default"), timer=timer)
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        out = torch.compile(block, backend=compiler, dynamic=False)(x)
+        ref = block(x)
+    return out, ref, compiler, asked
+
+
+@pytest.mark.parametrize("faster", ["inductor", "fusionsearch"])
+def test_each_region_keeps_the_code_its_race_finds_faster(tmp_path: Path, faster: str) -> None:
+    out, ref, compiler, asked = _raced(tmp_path, faster)
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert len(asked) == 2 and all(set(t) == {"inductor", "fusionsearch"} for t in asked)
+    choices = list(compiler.stats.choices.values())
+    assert [c.chosen for c in choices] == [faster, faster]
+    assert all(c.mode == "default" and c.ours_us and c.inductor_us for c in choices)
+    explained = compiler.stats.explain()
+    assert explained.count(f"{faster} kept") == 2 and "addmm 8x48" in explained
+
+
+def test_a_cached_race_is_not_run_again(tmp_path: Path) -> None:
+    from fusionsearch.dynamo.backend import BackendOptions, _Compiler
+
+    _raced(tmp_path, "inductor")
+    calls: list[object] = []
+    again = _Compiler(BackendOptions(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model",
+                                     inductor="default"), timer=lambda c: calls.append(c) or {})
+    torch.manual_seed(0)
+    block = _Block().eval()
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        out = torch.compile(block, backend=again, dynamic=False)(x)
+        assert torch.allclose(out, block(x), rtol=1e-5, atol=1e-5)
+    assert calls == [] and again.stats.cached == 2 and again.stats.searched == 0
+    assert [c.chosen for c in again.stats.choices.values()] == ["inductor", "inductor"]
+
+
+def test_torch_compile_mode_and_options_reach_the_backend(tmp_path: Path) -> None:
+    from fusionsearch.dynamo.backend import backend_options
+    from fusionsearch.errors import SpecError
+
+    assert backend_options("max-autotune-no-cudagraphs").cudagraphs is False
+    assert backend_options("reduce-overhead").inductor == "default"
+    assert backend_options(options={"trials": 3, "race": False}).trials == 3
+    with pytest.raises(SpecError, match="unknown backend option 'trails'"):
+        backend_options(options={"trails": 3})
+    with pytest.raises(SpecError, match="mode 'fast'"):
+        backend_options("fast")
+    torch.manual_seed(0)
+    block = _Block().eval()
+    x = torch.randn(8, 32)
+    opts = {"trials": 2, "fallback": "eager", "cache": str(tmp_path), "search_backend": "model"}
+    with torch.no_grad():
+        out = torch.compile(block, backend="fusionsearch", options=opts, dynamic=False)(x)
+        assert torch.allclose(out, block(x), rtol=1e-5, atol=1e-5)
+    assert len(list(tmp_path.iterdir())) == 2  # both regions' plans went to the cache the options named
