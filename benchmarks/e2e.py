@@ -1,0 +1,407 @@
+"""End to end (issue 23): whole decoders through torch.compile, fusionsearch's backend against eager PyTorch and
+every torch.compile mode, in one process and one run.
+
+Models (benchmarks/models, gpt-fast's math, random weights): a Llama-2-7B-shaped decoder (dim 4096, 32 heads,
+hidden 11008, --layers of them, default 8; a KV cache of 1,024 positions written in place) in bf16 and with
+int8 weight-only linears, at decode (batch 1, 4, 16; one token a step) and prefill (512 tokens); and a
+Mixtral-shaped MoE block (dim 4096, hidden 14336, 8 experts, top-2) at decode batch 1 and 16.
+
+For each case and mode: the first call's time (compile, and for fusionsearch its search: `tune_s`); every
+output of --steps steps from the same cache state checked against eager (the logits of each step and, for the
+decoders, every layer's KV cache afterwards; bf16 tolerance 1e-2 relative); then one step timed with do_bench
+(µs per step, median) and its tokens/s; peak memory of a step beyond what was allocated before it, and what the
+mode keeps allocated (CUDA-graph pools included). The decoder cases also state the bytes of weights a step
+reads and that over the step time as a share of the bandwidth a device copy reaches in the same run.
+
+Run on the GPU machine (optuna from ../shared/device/wheels.sh on PYTHONPATH):
+    PYTHONPATH=/tmp/site:$PWD python benchmarks/e2e.py --out $OUT [--cases "llama-int8 decode b16,..."]
+        [--modes eager,...] [--layers 8] [--trials 16] [--deadline-s 540]
+Writes e2e.json after every mode (a run killed by a time limit keeps what it measured; --out of an earlier run
+is merged: rows of other cases are kept), e2e.md and e2e.png; the table last on stdout.
+On a CPU (a smoke run of the script itself: tiny models, float32, Triton's interpreter, wall-clock timing):
+    TRITON_INTERPRET=1 python benchmarks/e2e.py --out /tmp/e2e --device cpu --preset tiny
+Render the report of a committed e2e.json again:  python benchmarks/e2e.py --report DIR"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.models import llama, moe  # noqa: E402
+
+MODES = ("eager", "torch_compile", "reduce_overhead", "max_autotune", "max_autotune_no_cudagraphs", "fusionsearch")
+TORCH_MODES = {"torch_compile": "default", "reduce_overhead": "reduce-overhead", "max_autotune": "max-autotune",
+               "max_autotune_no_cudagraphs": "max-autotune-no-cudagraphs"}
+CASES = ("llama-int8 decode b1", "llama-int8 decode b4", "llama-int8 decode b16", "llama-bf16 decode b1",
+         "llama-bf16 decode b4", "llama-bf16 decode b16", "llama-bf16 prefill 512", "moe-bf16 decode b1",
+         "moe-bf16 decode b16")
+TOLERANCE = 1e-2  # bf16, relative (Frobenius) against eager
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row: the model ('llama' or 'moe'), int8 weights or not, batch and tokens a step."""
+
+    name: str
+    model: str
+    int8: bool
+    batch: int
+    tokens: int
+
+    @staticmethod
+    def parse(name: str) -> Case:
+        model, kind, shape = name.split()
+        family, dtype = model.split("-")
+        if family not in ("llama", "moe") or dtype not in ("bf16", "int8") or kind not in ("decode", "prefill"):
+            raise ValueError(f"case {name!r}: write 'llama-int8 decode b16', 'llama-bf16 prefill 512', 'moe-bf16 ...'")
+        number = int(shape.lstrip("b"))
+        batch, tokens = (number, 1) if kind == "decode" else (1, number)
+        return Case(name, family, dtype == "int8", batch, tokens)
+
+
+@dataclass(frozen=True)
+class Setup:
+    device: str
+    dtype: torch.dtype
+    preset: str
+    layers: int
+
+    @property
+    def gpu(self) -> bool:
+        return self.device == "cuda"
+
+
+class Workload:
+    """A case's model, its step's inputs, and the state a step starts from (the caches after a prefill)."""
+
+    def __init__(self, case: Case, setup: Setup) -> None:
+        self.case, self.setup = case, setup
+        gen = torch.Generator().manual_seed(1)
+        if case.model == "llama":
+            args = llama.llama2_7b(setup.layers) if setup.preset == "full" else llama.tiny(setup.layers)
+            self.model = llama.build(args, setup.dtype, setup.device)
+            if case.int8:
+                llama.quantize_int8(self.model)
+            self.model.setup_caches(case.batch, setup.dtype, setup.device)
+            tokens = min(case.tokens, args.max_seq_len // 2)  # the tiny preset's cache holds 32 positions
+            start = args.max_seq_len // 2 if tokens == 1 else 0  # decode steps meet a half-full cache
+            steps = 4 if tokens == 1 else 1
+            self.positions = [torch.arange(start + i * tokens, start + (i + 1) * tokens, device=setup.device)
+                              for i in range(steps)]
+            self.inputs = [(torch.randint(0, args.vocab_size, (case.batch, tokens), generator=gen)
+                            .to(setup.device), pos) for pos in self.positions]
+            with torch.no_grad():  # a context in the caches, as a decode step meets it
+                for k in self.caches():
+                    k.normal_(generator=None)
+            self.state = [c.clone() for c in self.caches()]
+        else:
+            args = moe.mixtral() if setup.preset == "full" else moe.tiny()
+            self.model = moe.build(args, setup.dtype, setup.device)
+            self.inputs = [(torch.randn(case.batch * case.tokens, args.dim, generator=gen).to(setup.device,
+                                                                                              setup.dtype),)
+                           for _ in range(4)]
+            self.state = []
+
+    def caches(self) -> list[torch.Tensor]:
+        if self.case.model != "llama":
+            return []
+        return [t for layer in self.model.layers
+                for t in (layer.attention.kv_cache.k_cache, layer.attention.kv_cache.v_cache)]
+
+    def reset(self) -> None:
+        for cache, saved in zip(self.caches(), self.state, strict=True):
+            cache.copy_(saved)
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one step reads: every parameter and buffer but the caches, the RoPE table, the mask
+        and the embedding table (a step reads only its tokens' rows); for the MoE block the top-k experts'
+        weights of each token at most (all experts when the batch routes to all of them)."""
+        skip = {id(t) for t in self.caches()}
+        total = 0
+        for name, t in [*self.model.named_parameters(), *self.model.named_buffers()]:
+            if id(t) in skip or name in ("freqs_cis", "causal_mask") or name.startswith("tok_embeddings"):
+                continue
+            total += t.numel() * t.element_size()
+        if self.case.model == "moe":
+            args = moe.mixtral() if self.setup.preset == "full" else moe.tiny()
+            touched = min(args.n_experts, self.case.batch * self.case.tokens * args.top_k)
+            total = total * touched // args.n_experts
+        return total
+
+
+def compile_mode(model: torch.nn.Module, mode: str, args: argparse.Namespace) -> tuple[Callable[..., Any], Any]:
+    """The model as `mode` runs it, and the fusionsearch backend object (None for the other modes)."""
+    if mode == "eager":
+        return model, None
+    if mode in TORCH_MODES:
+        return torch.compile(model, mode=TORCH_MODES[mode], fullgraph=True, dynamic=False), None
+    import fusionsearch as fs
+
+    be = fs.backend(trials=args.trials, cache=args.cache, inductor=args.inductor,
+                    search_backend="auto" if args.device == "cuda" else "model")
+    return torch.compile(model, backend=be, fullgraph=True, dynamic=False), be
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    o, r = out.double(), ref.double()
+    if o.shape != r.shape or not torch.isfinite(o).all():
+        return float("inf")
+    return float((o - r).norm() / max(float(r.norm()), 1e-30))
+
+
+def sync(setup: Setup) -> None:
+    if setup.gpu:
+        torch.cuda.synchronize()
+
+
+def time_step(fn: Callable[[], Any], setup: Setup) -> dict[str, float]:
+    """µs per call: do_bench's median on a GPU (with the peak memory of one call), wall clock on the CPU."""
+    if setup.gpu:
+        from fusionsearch.measure import time_callable
+
+        t = time_callable(fn)
+        return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "peak_bytes": t.peak_bytes}
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+    return {"median_us": statistics.median(times)}
+
+
+def run_mode(w: Workload, mode: str, refs: list[list[torch.Tensor]] | None, args: argparse.Namespace
+             ) -> tuple[dict[str, Any], list[list[torch.Tensor]]]:
+    """One mode of one case: compile (first call), outputs of every step against eager, then the timed step."""
+    setup = w.setup
+    torch._dynamo.reset()
+    w.reset()
+    rec: dict[str, Any] = {}
+    with torch.no_grad():
+        fn, be = compile_mode(w.model, mode, args)
+        start = time.time()
+        first = fn(*w.inputs[0])
+        sync(setup)
+        rec["first_call_s" if be is None else "tune_s"] = round(time.time() - start, 2)
+        w.reset()  # the first call wrote the first step's keys: start the checked steps from the same state
+        outs = []
+        for inputs in w.inputs:
+            outs.append([fn(*inputs).clone()])
+        sync(setup)
+        outs.append([c.clone() for c in w.caches()])
+        del first
+        if refs is not None:
+            errors = [rel_error(o, r) for got, want in zip(outs, refs, strict=True) for o, r in zip(got, want,
+                                                                                                    strict=True)]
+            rec["max_rel_err"] = max(errors)
+            rec["valid"] = rec["max_rel_err"] <= TOLERANCE
+        step_inputs = w.inputs[-1]
+        rec.update(time_step(lambda: fn(*step_inputs), setup))
+        if setup.gpu:
+            rec["allocated_bytes"] = torch.cuda.memory_allocated()
+        if be is not None:
+            stats = be.stats
+            rec.update({"regions": stats.regions, "searched": stats.searched, "cached": stats.cached,
+                        "declined": stats.declined, "explain": stats.explain(),
+                        "races": [c.to_dict() for c in stats.choices.values()]})
+    rec["tokens_per_s"] = w.inputs[-1][0].numel() / (rec["median_us"] * 1e-6)
+    return rec, outs
+
+
+def run_case(case: Case, setup: Setup, args: argparse.Namespace, bandwidth: float | None,
+             write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    w = Workload(case, setup)
+    row: dict[str, Any] = {"case": case.name, "layers": setup.layers if case.model == "llama" else None,
+                           "weight_bytes": w.weight_bytes(), "variants": {}}
+    refs = None
+    for mode in args.modes:
+        if args.deadline and time.time() > args.deadline:
+            row["variants"][mode] = {"error": "skipped: --deadline-s reached"}
+            continue
+        try:
+            rec, outs = run_mode(w, mode, refs, args)
+            if mode == "eager":
+                refs = outs
+        except Exception as e:  # one mode's failure is reported, the run goes on
+            rec = {"error": f"{type(e).__name__}: {str(e).strip()[:400]}"}
+        if bandwidth and "median_us" in rec:
+            rec["bandwidth_share"] = w.weight_bytes() / (rec["median_us"] * 1e-6) / bandwidth
+        row["variants"][mode] = rec
+        print(f"{case.name} {mode}: {rec.get('median_us', rec.get('error'))}", file=sys.stderr, flush=True)
+        write(row)
+    del w
+    if setup.gpu:
+        torch.cuda.empty_cache()
+    return row
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+def best_pytorch(row: dict[str, Any]) -> tuple[str, float] | None:
+    """The fastest valid PyTorch mode of a row (eager included) and its µs per step."""
+    times = {m: v["median_us"] for m, v in row["variants"].items()
+             if m != "fusionsearch" and "median_us" in v and v.get("valid", True)}
+    if not times:
+        return None
+    mode = min(times, key=times.__getitem__)
+    return mode, times[mode]
+
+
+def speedup(row: dict[str, Any]) -> float | None:
+    """fusionsearch's tokens/s over the fastest valid PyTorch mode's (None when either is missing or invalid)."""
+    ours, best = row["variants"].get("fusionsearch", {}), best_pytorch(row)
+    if best is None or "median_us" not in ours or not ours.get("valid", True):
+        return None
+    return best[1] / ours["median_us"]
+
+
+def markdown(report: dict[str, Any]) -> str:
+    modes = [m for m in MODES if any(m in r["variants"] for r in report["rows"])]
+    head = ["case", *[f"{m} µs" for m in modes], "fusionsearch ÷ best", "best PyTorch mode", "tune s",
+            "weights ÷ copy BW"]
+    lines = [f"Device: {report.get('device', '?')}, torch {report.get('torch', '?')}, {report.get('date', '')}; "
+             f"µs per step (do_bench median); tokens/s = batch × tokens ÷ step time.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in report["rows"]:
+        cells = [r["case"]]
+        for m in modes:
+            v = r["variants"].get(m, {})
+            cells.append("-" if m not in r["variants"] else f"{v['median_us']:.1f}" + ("" if v.get("valid", True)
+                                                                                     else " (wrong)")
+                         if "median_us" in v else "failed")
+        s, best = speedup(r), best_pytorch(r)
+        ours = r["variants"].get("fusionsearch", {})
+        share = ours.get("bandwidth_share")
+        cells += [f"{s:.2f}×" if s else "-", best[0] if best else "-", f"{ours['tune_s']:.0f}" if "tune_s" in ours
+                  else "-", f"{share:.0%}" if share else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: str) -> bool:
+    """Tokens/s per mode and case (log scale), as a PNG; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = report["rows"]
+    modes = [m for m in MODES if any("tokens_per_s" in r["variants"].get(m, {}) for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows)), 4.2))
+    width = 0.8 / max(len(modes), 1)
+    for j, m in enumerate(modes):
+        xs = [i + j * width for i in range(len(rows))]
+        ys = [r["variants"].get(m, {}).get("tokens_per_s", 0.0) for r in rows]
+        ax.bar(xs, ys, width, label=m)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["case"] for r in rows], rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("tokens / s")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(report: dict[str, Any], out: str) -> str:
+    with open(os.path.join(out, "e2e.json.tmp"), "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(os.path.join(out, "e2e.json.tmp"), os.path.join(out, "e2e.json"))
+    table = markdown(report)
+    with open(os.path.join(out, "e2e.md"), "w") as f:
+        f.write(table + "\n")
+    plot(report, os.path.join(out, "e2e.png"))
+    return table
+
+
+def load_report(out: str) -> dict[str, Any]:
+    path = os.path.join(out, "e2e.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return {"rows": []}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="e2e-out")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)} (eager "
+                    "is always run first: the others are checked against it)")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=16, help="fusionsearch trials per distinct region")
+    ap.add_argument("--inductor", default="max-autotune", help="the Inductor mode of fusionsearch's race and glue")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "fusionsearch-e2e-plans"),
+                    help="fusionsearch's plan cache")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--preset", default=None, choices=("full", "tiny"), help="model sizes (default: full on "
+                    "cuda, tiny on cpu)")
+    ap.add_argument("--deadline-s", type=float, default=None, help="skip what would start after this many seconds")
+    ap.add_argument("--report", metavar="DIR", help="only render DIR/e2e.json again (md and png)")
+    args = ap.parse_args(argv)
+    args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if unknown := [m for m in modes if m not in MODES]:
+        ap.error(f"--modes: unknown {unknown}; choose from {list(MODES)}")
+    args.modes = ["eager", *[m for m in modes if m != "eager"]]
+    try:
+        args.parsed = [Case.parse(c) for c in args.cases]
+    except ValueError as e:
+        ap.error(str(e))
+    if args.layers < 1:
+        ap.error("--layers must be at least 1")
+    args.preset = args.preset or ("full" if args.device == "cuda" else "tiny")
+    args.deadline = time.time() + args.deadline_s if args.deadline_s else None
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.report:
+        print(write_report(load_report(args.report), args.report))
+        return
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("e2e.py: no CUDA GPU here; --device cpu runs the tiny smoke version")
+    setup = Setup(args.device, torch.bfloat16 if args.device == "cuda" else torch.float32, args.preset, args.layers)
+    os.makedirs(args.out, exist_ok=True)
+    report = load_report(args.out)
+    report.update({"device": torch.cuda.get_device_name() if setup.gpu else "cpu", "torch": torch.__version__,
+                   "date": datetime.date.today().isoformat(), "layers": args.layers, "preset": args.preset,
+                   "trials": args.trials, "inductor": args.inductor})
+    if setup.gpu and "bandwidth_bytes_per_s" not in report:
+        from fusionsearch.measure.bench import measure_ceilings
+
+        report.update(measure_ceilings())
+    bandwidth = report.get("bandwidth_bytes_per_s")
+
+    def write(row: dict[str, Any]) -> None:
+        report["rows"] = [r for r in report["rows"] if r["case"] != row["case"]] + [row]
+        report["rows"].sort(key=lambda r: CASES.index(r["case"]) if r["case"] in CASES else len(CASES))
+        write_report(report, args.out)
+
+    for case in args.parsed:
+        run_case(case, setup, args, bandwidth, write)
+    print(write_report(report, args.out))
+    geo = [s for r in report["rows"] if (s := speedup(r))]
+    if geo:
+        print(f"fusionsearch over the fastest PyTorch mode: geometric mean "
+              f"{math.exp(sum(map(math.log, geo)) / len(geo)):.2f}× over {len(geo)} cases")
+
+
+if __name__ == "__main__":
+    main()
