@@ -264,14 +264,20 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
     from fusionsearch.dynamo.plan_cache import default_cache_dir
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    inputs = [_parse_input(t, device) for t in args.inputs]
+    given = [_parse_input(t, device) for t in args.inputs] if args.inputs else None
     factory = _load_factory(args.target)
     try:
-        model = factory()
+        made = factory()
     except Exception as e:
         raise SpecError(f"{args.target}() raised {type(e).__name__}: {e}") from None
+    model, example = (made[0], list(made[1])) if isinstance(made, tuple) and len(made) == 2 else (made, None)
     if not isinstance(model, torch.nn.Module):
-        raise SpecError(f"{args.target} returned a {type(model).__name__}, not a torch.nn.Module")
+        raise SpecError(f"{args.target} returned a {type(model).__name__}, not a torch.nn.Module (or a pair "
+                        "(module, example inputs))")
+    example = given if given is not None else example
+    if example is None:
+        raise SpecError(f"give --inputs (shapes), or make {args.target} return (module, example inputs)")
+    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in example]
     model = model.to(device).eval()
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # the tuned kernels run in Triton's interpreter here
@@ -283,6 +289,8 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
     cache = args.cache or default_cache_dir()
     print(f"tuned {stats.regions} matmul regions: {stats.searched} searched, {stats.cached} loaded from the plan "
           f"cache (identical regions share one plan) in {time.time() - start:.1f} s; plans in {cache}")
+    if stats.choices:
+        print(stats.explain())
     print(f"use them: torch.compile(model, backend=fusionsearch.backend(cache={cache!r}, trials={args.trials}))")
     return 0
 
@@ -337,8 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", default=None, help="the graph spec (default: graph.json beside the plan)")
     p.set_defaults(func=_cmd_explain)
     p = sub.add_parser("tune-model", help="tune every matmul region of a PyTorch model into the plan cache")
-    p.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY, a callable returning an nn.Module")
-    p.add_argument("--inputs", action="append", required=True,
+    p.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY, a callable returning an nn.Module, "
+                                  "or a pair (module, example inputs) for models whose inputs are not random floats "
+                                  "(token ids, positions)")
+    p.add_argument("--inputs", action="append", default=None,
                    help="an example input's shape and dtype, e.g. 16x4096:bfloat16 (repeat for each input)")
     p.add_argument("--trials", type=int, default=32, help="trials per distinct matmul region (default 32)")
     p.add_argument("--backend", default="auto", help="auto (gpu when present), gpu, interpret (CPU), model")

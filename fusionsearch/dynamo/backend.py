@@ -52,7 +52,8 @@ class BackendOptions:
     for the searches; `fallback`: what runs a graph the backend does not take ('inductor' or 'eager');
     `inductor`: the mode Inductor compiles in, for its candidate of each region and for the glue
     ('max-autotune' or 'default'); `race`: time Inductor's code for each region beside the searched plan and
-    keep the faster (on a GPU); `cudagraphs`: replay each compiled step from a CUDA graph (on a GPU)."""
+    keep the faster (on a GPU); `cudagraphs`: replay each compiled step from a CUDA graph (on a GPU);
+    `progress`: a bar on stderr while regions are searched (nothing when every plan comes from the cache)."""
 
     trials: int = 32
     search_backend: str = "auto"
@@ -64,6 +65,7 @@ class BackendOptions:
     inductor: str = "max-autotune"
     race: bool = True
     cudagraphs: bool = True
+    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -72,7 +74,7 @@ class BackendOptions:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
         if self.inductor not in INDUCTOR_MODES:
             raise SpecError(f"inductor {self.inductor!r}: use {' or '.join(INDUCTOR_MODES)}")
-        for name in ("race", "cudagraphs"):
+        for name in ("race", "cudagraphs", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
@@ -200,7 +202,7 @@ class _Compiler:
         if program.returned != spec.num_leaves:
             raise _Decline(f"the graph returns {spec.num_leaves} values, {program.returned} of them tensors")
         values = [*example_inputs, *state]
-        steps = self.regions(program.graph, values, device)
+        steps = self.regions(program.graph, values, device, self.options.progress)
         run: Callable[..., Sequence[torch.Tensor]] | None = None
         if self.options.fallback == "inductor" and device != "cpu-interpreter":
             try:
@@ -221,11 +223,7 @@ class _Compiler:
         and raced against Inductor; `values` are the example values of g's inputs."""
         regions = partition(g)
         env = dict(zip(g.inputs, values, strict=True))
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=sum(r.tuned for r in regions), unit="region", file=sys.stderr, dynamic_ncols=True)
+        bar = self._bar(regions, device) if progress else None
         steps = []
         for region in regions:
             ins = [env[i] for i in region.inputs] if device != "cpu-interpreter" or self.timer else None
@@ -235,10 +233,27 @@ class _Compiler:
             steps.append(step)
             if bar is not None and region.tuned:
                 bar.update(1)
-                bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}")
+                last = self.stats.choices.get(region.graph.signature_hash())
+                kept = f", last kept {last.chosen}" if last is not None else ""
+                bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}{kept}")
         if bar is not None:
             bar.close()
         return steps
+
+    def _bar(self, regions: Sequence[Region], device: str) -> Any:
+        """A progress bar over the matmul regions, when at least one of them has no plan in the cache yet (a
+        search takes seconds to minutes a region); None when all are cached."""
+        tuned = [r for r in regions if r.tuned]
+        missing = {r.graph.signature_hash() for r in tuned if self.cache.load_entry(
+            self.cache.key(r.graph, device, self.options.search_settings()), r.graph) is None}
+        if not missing:
+            return None
+        from tqdm import tqdm
+
+        log.info("fusionsearch backend: %d matmul regions, %d distinct without a cached plan: searching",
+                 len(tuned), len(missing))
+        return tqdm(total=len(tuned), unit="region", file=sys.stderr, dynamic_ncols=True,
+                    desc=f"fusionsearch: {len(missing)} to search")
 
     def _step(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> _Step:
         """A matmul region ready to run: its plan from the cache (identical regions share one) or from a search

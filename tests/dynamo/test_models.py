@@ -143,3 +143,47 @@ def test_torch_compile_mode_and_options_reach_the_backend(tmp_path: Path) -> Non
         out = torch.compile(block, backend="fusionsearch", options=opts, dynamic=False)(x)
         assert torch.allclose(out, block(x), rtol=1e-5, atol=1e-5)
     assert len(list(tmp_path.iterdir())) == 2  # both regions' plans went to the cache the options named
+
+
+def test_progress_shows_on_stderr_while_regions_are_searched_and_not_when_all_are_cached(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch.manual_seed(0)
+    block = _Block().eval()
+    x = torch.randn(8, 32)
+    for searching in (True, False):
+        torch._dynamo.reset()
+        be = fs.backend(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model", progress=True)
+        with torch.no_grad():
+            torch.compile(block, backend=be, dynamic=False)(x)
+        err = capsys.readouterr().err
+        if searching:
+            assert "fusionsearch: 2 to search" in err and "2/2" in err and "searched 2, cached 0" in err
+        else:
+            assert "fusionsearch:" not in err and be.stats.cached == 2
+
+
+def test_tune_model_takes_a_factory_that_returns_the_model_and_its_inputs(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from fusionsearch import cli
+
+    root = Path(__file__).resolve().parents[2]
+    model_file = tmp_path / "decoder.py"
+    model_file.write_text(
+        f"import sys, torch\nsys.path.insert(0, {str(root)!r})\nfrom benchmarks.models import llama\n"
+        "def make():\n    m = llama.build(llama.tiny(), torch.float32, 'cpu')\n"
+        "    m.setup_caches(2, torch.float32, 'cpu')\n"
+        "    return m, (torch.randint(0, 128, (2, 1)), torch.tensor([3]))\n")
+    cache = tmp_path / "plans"
+    argv = ["tune-model", f"{model_file}:make", "--trials", "2", "--backend", "model", "--cache", str(cache),
+            "--quiet"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "tuned 11 matmul regions" in out  # qkv, wo, w1, w3, w2 in two layers, and the output projection
+    model = _llama(False)
+    be = fs.backend(trials=2, fallback="eager", cache=str(cache), search_backend="model")
+    idx, pos = torch.randint(0, 128, (2, 1)), torch.tensor([3])
+    with torch.no_grad():
+        out_model = torch.compile(model, backend=be, fullgraph=True, dynamic=False)(idx, pos)
+        ref = _llama(False)(idx, pos)
+    assert torch.allclose(out_model, ref, rtol=1e-4, atol=1e-4)
+    assert be.stats.searched == 0 and be.stats.cached == be.stats.regions == 11
