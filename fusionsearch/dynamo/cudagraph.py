@@ -19,7 +19,7 @@ import torch
 
 from fusionsearch.errors import failure_reason
 
-__all__ = ["GraphedStep"]
+__all__ = ["GraphedStep", "capture"]
 
 log = logging.getLogger("fusionsearch.backend")
 
@@ -37,11 +37,18 @@ class _Captured:
             if buf is not None:
                 buf.copy_(a)
         feed = [a if buf is None else buf for a, buf in zip(args, self.static, strict=True)]
-        self.graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(self.graph):
-            self.outputs = list(step(*feed))
-        torch.cuda.synchronize()
+        self.graph, self.outputs = capture(lambda: list(step(*feed)))
+
+
+def capture(fn: Callable[[], list[torch.Tensor]]) -> tuple[Any, list[torch.Tensor]]:
+    """`fn`'s launches recorded in a CUDA graph (nothing runs until the graph is replayed), and the tensors it
+    returns, which every replay overwrites."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        outputs = fn()
+    torch.cuda.synchronize()
+    return graph, outputs
 
 
 class GraphedStep:

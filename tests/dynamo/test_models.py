@@ -187,3 +187,26 @@ def test_tune_model_takes_a_factory_that_returns_the_model_and_its_inputs(tmp_pa
         ref = _llama(False)(idx, pos)
     assert torch.allclose(out_model, ref, rtol=1e-4, atol=1e-4)
     assert be.stats.searched == 0 and be.stats.cached == be.stats.regions == 11
+
+
+def test_inductor_compiles_a_decoder_step_around_the_regions_and_writes_the_kv_cache_in_place(
+        tmp_path: Path) -> None:
+    """The GPU path's whole-graph compile (Inductor's CPU code here, the regions' plans in the interpreter): the
+    write-back of the caches is traced into Inductor's graph, and the step's logits and caches match eager."""
+    from fusionsearch.dynamo.backend import BackendOptions, _Compiler, _inductor_whole
+    from fusionsearch.graph.capture import capture_program, module_state
+
+    model, eager = _llama(False), _llama(False)
+    idx, pos = torch.randint(0, 128, (2, 1), generator=torch.Generator().manual_seed(3)), torch.tensor([4])
+    with torch.no_grad():
+        program = capture_program(model, idx, pos)
+        values = [idx, pos, *module_state(model)]
+        compiler = _Compiler(BackendOptions(trials=2, search_backend="model", cache=str(tmp_path)))
+        steps = compiler.regions(program.graph, values, "cpu-interpreter")
+        whole = _inductor_whole(program, steps, values, "default")
+        (out,) = whole(*values)
+        ref = eager(idx, pos)
+    assert any(s.kind == "plan" for s in steps) and program.mutated
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4)
+    for want, got in zip(_caches(eager), _caches(model), strict=True):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5) and got[:, :, 4].abs().sum() > 0
