@@ -38,6 +38,46 @@ def _alloc(shape, dtype, device, poison):
     return torch.full(shape, torch.iinfo(dtype).max, dtype=dtype, device=device)
 
 
+class InputError(ValueError):
+    """An input unlike those the plan was generated for. Its kernels index with the plan's sizes and element
+    types, so running them on it would read (on a GPU: write) memory that is not the input's."""
+
+    def __init__(self, index, detail):
+        super().__init__(detail if index is None else f"input {index}: {detail}")
+        self.index = index
+        self.detail = detail
+
+
+def _check_inputs(inputs, expected):
+    """The inputs' device, once every input has its expected (shape, dtype) and is on the first input's device:
+    one pass, as it runs before every call; what is wrong is worked out only when something is."""
+    if len(inputs) != len(expected):
+        raise InputError(None, f"this plan takes {len(expected)} input tensors, got {len(inputs)}")
+    device = getattr(inputs[0], "device", None)
+    try:  # a non-tensor fails on .shape: no isinstance test on the way of every good call
+        for t, (shape, dtype) in zip(inputs, expected):
+            if t.shape != shape or t.dtype is not dtype or t.device != device:
+                break
+        else:
+            return device
+    except AttributeError:
+        pass
+    _refuse(inputs, expected, device)
+
+
+def _refuse(inputs, expected, device):
+    """Raise the InputError naming the first input that is not as expected, and how."""
+    for i, (t, (shape, dtype)) in enumerate(zip(inputs, expected)):
+        want = f"shape {list(shape)} {dtype}"
+        if not isinstance(t, torch.Tensor):
+            raise InputError(i, f"expected a tensor of {want}, got {type(t).__name__}")
+        if t.shape != shape or t.dtype != dtype:
+            raise InputError(i, f"expected {want}, got {list(t.shape)} {t.dtype}")
+        if t.device != device:
+            raise InputError(i, f"expected a tensor on {device}, the device of input 0, got {t.device}")
+    raise InputError(None, "the inputs are not those this plan was generated for")
+
+
 _PROGRAMS = {}
 
 
@@ -232,6 +272,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
     which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone.
+    Both first refuse inputs of another count, shape, dtype or device than the graph's (the module's
+    `InputError`, a ValueError naming the input's position and what it must be): the kernels would read past them.
     A split-K matmul is one launch (`serial_split_k`: its tile's last split sums the partials and runs the
     epilogue); `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200
     the one launch lowered do_bench time in 10 of 12 plans measured
@@ -254,10 +296,12 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}
     kernels: list[GeneratedKernel] = []
     externs: list[dict[str, object]] = []
-    head = [f"    if len(inputs) != {len(g.inputs)}:",
-            f"        raise ValueError('this plan takes {len(g.inputs)} input tensors')",
+    # Inputs are checked against the graph's shapes and dtypes (by position: no user string enters the source).
+    # Their strides are passed to the kernels at each call, so any layout is read correctly, except where a
+    # TMA descriptor bakes in a contiguous one (checked below).
+    expected = ", ".join(f"({tuple(g.node(n).shape)!r}, torch.{dtype_name(g.node(n).dtype)})" for n in g.inputs)
+    head = ["    device = _check_inputs(inputs, _INPUTS)",
             f"    {', '.join(buf[n] for n in g.inputs)}, = inputs",
-            f"    device = {buf[g.inputs[0]]}.device",
             "    fast, key, stream = _launch_key(inputs, device)",
             "    launched = []"]
     if any(isinstance(k, ExternKernel) for k in plan.kernels):
@@ -331,8 +375,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             checks += [f"    if {b}.data_ptr() % 16 or {b}.stride(1) != 1{row_stride}:",
                        f"        raise ValueError('this plan reads input {j} through a TMA descriptor: it must be "
                        f"contiguous and 16-byte aligned')"]
-        device_line = next(i for i, line in enumerate(head) if line.startswith("    device = "))
-        head[device_line + 1:device_line + 1] = checks
+        at = head.index("    fast, key, stream = _launch_key(inputs, device)")  # after the inputs are unpacked
+        head[at:at] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
     run = ["def run(*inputs, poison=False):", *head, *_freeing(plan, body, starts, buf, allocated),
            "    _remember(key, launched)", f"    return {outputs}"]
@@ -351,6 +395,7 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
              PRELUDE]
     if externs:
         parts.append(EXTERN_LOADER)
+    parts.append(f"\n# Each input's (shape, dtype), in order.\n_INPUTS = ({expected},)\n")
     parts += ["\n" + gk.source for gk in kernels]
     parts.append("\n" + "\n".join(run) + "\n")
     parts.append("\n" + "\n".join(steps) + "\n")

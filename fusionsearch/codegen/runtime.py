@@ -1,13 +1,18 @@
-"""Compiling and running generated plans: the on-disk source cache (keyed by content hash), module loading,
-the in-process executor and `export`. Triton's launch lives here and in measure/."""
+"""Compiling and running generated plans: the on-disk source cache (keyed by content hash), module loading
+(from the verified text in memory: nothing on disk is ever run), the in-process executor and `export`.
+Triton's launch lives here and in measure/."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import importlib.util
 import json
+import linecache
 import os
+import shutil
 import sys
+import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -16,9 +21,8 @@ from typing import Any
 import torch
 
 from fusionsearch.codegen.module import PlanModule, generate_module
-from fusionsearch.errors import CodegenError
+from fusionsearch.errors import CodegenError, MeasureError
 from fusionsearch.graph.ops_extern import _call as call_extern
-from fusionsearch.graph.reference import check_inputs
 
 
 def cache_root() -> str:
@@ -37,37 +41,68 @@ def source_key(source: str) -> str:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write `text` (UTF-8) to `path` through a temporary file beside it: a reader never sees half of it."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # one per writer: processes and threads race here
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask decides, as for open()
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _refresh_entry(path: str, source: str) -> None:
+    """Make the cache file at `path` hold exactly `source`: an entry that is missing, another text, not UTF-8 or
+    a directory is replaced. Only `path` itself is ever removed (a symlink there is unlinked, not followed).
+    The file is for reading and for Triton's JIT to show; what runs is `source`, so a failure here only warns."""
+    try:
+        with open(path, "rb") as f:
+            if f.read() == source.encode():
+                return
+    except OSError:  # missing, a directory, unreadable
+        pass
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_atomic(path, source)
+    except OSError as e:
+        warnings.warn(f"kernel cache entry {path} could not be rewritten ({e}); the plan runs from the source "
+                      "generated in memory", stacklevel=3)
 
 
 def load_source(source: str) -> ModuleType:
-    """Import generated source through the cache; an entry whose content does not match its key is rebuilt."""
+    """The module of generated `source`, compiled from this text in memory: never imported from the cache, so
+    no file there (a tampered entry, a planted __pycache__/*.pyc) is ever run. The cache keeps the text, named
+    by its hash, as the module's __file__ (tracebacks and Triton's JIT read the lines: linecache is given the
+    text, so they see what runs)."""
     key = source_key(source)
-    directory = cache_dir()
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"fs_{key}.py")
-    try:
-        with open(path) as f:
-            ok = source_key(f.read()) == key
-    except OSError:
-        ok = False
-    if not ok:
-        _write_atomic(path, source)
+    path = os.path.join(cache_dir(), f"fs_{key}.py")
+    _refresh_entry(path, source)
     mod_name = f"fusionsearch_generated_{key}"
-    if mod_name in sys.modules:
+    with _LOADING:  # a module is in sys.modules from before its code runs: another thread must not take it half-made
+        if mod_name not in sys.modules:
+            _exec_module(mod_name, path, source)
         return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
+
+
+_LOADING = threading.Lock()
+
+
+def _exec_module(mod_name: str, path: str, source: str) -> None:
+    # mtime None: linecache.checkcache keeps the entry whatever the file on disk becomes.
+    linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
+    module = ModuleType(mod_name)
+    module.__file__ = path
+    sys.modules[mod_name] = module  # as an import would: Triton's JIT names kernels by their module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
     except Exception as e:  # a syntax error here is our bug: name the cache key to reproduce it
+        del sys.modules[mod_name]
         raise CodegenError(f"generated source {path} does not load: {e}") from e
-    sys.modules[mod_name] = module
-    return module
 
 
 @dataclass
@@ -91,8 +126,14 @@ class CompiledPlan:
         return os.path.join(cache_dir(), f"fs_{self.cache_key}.py")
 
     def __call__(self, *inputs: torch.Tensor, poison: bool = False) -> list[torch.Tensor]:
-        check_inputs(self.plan.graph, inputs)
-        return self.module.run(*inputs, poison=poison)
+        """The plan's outputs; MeasureError naming the input (position and graph name) and what it must be when
+        an input's count, shape, dtype or device is not the plan's (the module checks, once per call)."""
+        try:
+            return self.module.run(*inputs, poison=poison)
+        except self.module.InputError as e:
+            if e.index is None:
+                raise MeasureError(e.detail) from None
+            raise MeasureError(f"input {e.index} ({self.plan.graph.inputs[e.index]}): {e.detail}") from None
 
 
 def naming_source(reason: str, compiled: CompiledPlan | None) -> str:

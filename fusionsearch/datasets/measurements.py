@@ -1,75 +1,261 @@
 """Measured-kernel datasets: one file of concatenated gzip members, each member a batch of JSON-lines rows.
 
-Appends are atomic in effect: a batch is compressed in memory and written with one write + fsync. A run
-killed mid-write leaves at most a torn last member, which readers skip and `append` cuts off before writing,
-so nothing already measured is lost and a resumed collection continues cleanly."""
+Nothing measured is ever lost to damage: readers walk the members one by one, skip a damaged or torn member
+(or a line that is not a JSON row) with a DatasetWarning naming its byte offset and the rows lost, and read
+every intact member after it. Appending only ever adds bytes at the end (a torn batch from a killed run stays,
+skipped, before the new one), one batch per write + fsync, and refuses a file that is not a dataset. Each
+member records its row count in its gzip header (an FEXTRA subfield), so that a damaged one says exactly how
+many rows it held; for members written before that, the loss is estimated from the size."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import mmap
 import os
+import struct
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
+
+from fusionsearch.errors import CostModelError
 
 # ok: valid and timed; compile_failed: did not compile or launch; invalid: wrong against the reference;
 # timed_out: past the time limit; failed: faulted while running (an illegal address, a dead measurement worker).
 STATUSES = ("ok", "compile_failed", "invalid", "timed_out", "failed")
 
+_MAGIC = b"\x1f\x8b\x08"  # gzip's ID bytes and its one compression method, deflate: where a member can begin
+_ROWS_FIELD = b"FS"  # the FEXTRA subfield holding a member's row count (uint32, little-endian)
+_CHUNK = 1 << 16  # bytes fed to the decompressor at a time: a member's end is found without copying the file
 
-def _members(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(end offset, decompressed bytes) of each complete gzip member; stops at the first torn one."""
+
+class DatasetWarning(UserWarning):
+    """Part of a measurements dataset could not be read and was skipped (the rest was read)."""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A stretch of a dataset that could not be read: `size` bytes at byte `offset`, holding `rows` rows
+    (None: unknown; `exact` False: estimated from its size)."""
+
+    offset: int
+    size: int
+    rows: int | None
+    exact: bool
+    what: str
+
+    def describe(self, path: str) -> str:
+        rows = f"{self.rows} row is" if self.rows == 1 else f"{self.rows} rows are"
+        lost = (f"its {rows}" if self.exact else f"about {rows}") if self.rows is not None else \
+            "an unknown number of rows are"
+        return (f"{path}: {self.what} at byte {self.offset} ({self.size} bytes) could not be read; {lost} skipped, "
+                "every intact batch around it is read")
+
+
+@dataclass(frozen=True)
+class DatasetRead:
+    """What a dataset file holds: its readable rows in file order and the stretches that could not be read."""
+
+    rows: list[dict[str, Any]]
+    damage: list[Damage]
+
+
+def _inflate(buf: bytes | mmap.mmap, pos: int) -> tuple[int, bytes] | None:
+    """(end offset, contents) of the intact gzip member starting at byte `pos`; None where none starts there or
+    it is damaged or torn (a bad deflate stream, CRC or length, or the file ends inside it)."""
+    d = zlib.decompressobj(wbits=31)
+    parts: list[bytes] = []
+    p = pos
+    try:
+        while not d.eof:
+            if p >= len(buf):
+                return None
+            chunk = buf[p:p + _CHUNK]
+            parts.append(d.decompress(chunk))
+            p += len(chunk)
+    except zlib.error:
+        return None
+    return p - len(d.unused_data), b"".join(parts)
+
+
+def _walk(buf: bytes | mmap.mmap) -> Iterator[tuple[int, int, bytes | None]]:
+    """(start, end, contents) of each intact member and (start, end, None) of each stretch that is not one, in
+    file order. After a bad stretch the next member is the first place holding gzip's magic bytes from which an
+    intact member decompresses: its CRC makes a false start inside the damage all but impossible."""
     pos = 0
-    while pos < len(data):
-        d = zlib.decompressobj(wbits=31)
+    while pos < len(buf):
+        got = _inflate(buf, pos)
+        if got is not None:
+            yield pos, got[0], got[1]
+            pos = got[0]
+            continue
+        nxt = pos
+        while got is None:
+            nxt = buf.find(_MAGIC, nxt + 1)
+            if nxt < 0:
+                break
+            got = _inflate(buf, nxt)
+        yield pos, nxt if got is not None else len(buf), None
+        if got is None:
+            return
+        yield nxt, got[0], got[1]
+        pos = got[0]
+
+
+def _parse(contents: bytes) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows of one member's JSON lines and the numbers (from 1) of its lines that are not JSON objects."""
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, line in enumerate(contents.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            out = d.decompress(data[pos:])
-        except zlib.error:
-            return
-        if not d.eof:
-            return
-        end = len(data) - len(d.unused_data)
-        yield end, out
-        pos = end
+            row = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(number)
+    return rows, bad
+
+
+def _header_rows(buf: bytes | mmap.mmap, pos: int) -> int | None:
+    """The row count a member starting at `pos` records in its header, if it has one we wrote."""
+    head = buf[pos:pos + 12]
+    if len(head) < 12 or head[:3] != _MAGIC or not head[3] & 4:  # FLG.FEXTRA
+        return None
+    extra = buf[pos + 12:pos + 12 + struct.unpack("<H", head[10:12])[0]]
+    i = 0
+    while i + 4 <= len(extra):
+        length = struct.unpack("<H", extra[i + 2:i + 4])[0]
+        if extra[i:i + 2] == _ROWS_FIELD and length == 4 and i + 8 <= len(extra):
+            return int(struct.unpack("<I", extra[i + 4:i + 8])[0])
+        i += 4 + length
+    return None
+
+
+def _member(rows: list[dict[str, Any]]) -> bytes:
+    """One batch as a gzip member (what gzip.compress writes at level 9, mtime 0) with its row count in the
+    header."""
+    data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
+    extra = _ROWS_FIELD + struct.pack("<HI", 4, len(rows))
+    header = _MAGIC + bytes([4]) + struct.pack("<I", 0) + b"\x02\xff" + struct.pack("<H", len(extra)) + extra
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(data) + deflate.flush()
+    return header + body + struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+
+
+class _Mapped:
+    """A file's bytes, mapped read-only (b"" for an empty file): the file is never read whole into memory."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "rb")
+        try:
+            size = os.fstat(self._file.fileno()).st_size
+            self.buf: bytes | mmap.mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except BaseException:
+            self._file.close()
+            raise
+
+    def __enter__(self) -> bytes | mmap.mmap:
+        return self.buf
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+        self._file.close()
+
+
+def read_dataset(path: str) -> DatasetRead:
+    """Every readable row, and what could not be read; a missing file is an empty dataset."""
+    try:
+        mapped = _Mapped(path)
+    except FileNotFoundError:
+        return DatasetRead([], [])
+    rows: list[dict[str, Any]] = []
+    damage: list[Damage] = []
+    unread: list[tuple[int, int]] = []
+    intact_bytes = 0
+    with mapped as buf:
+        for start, end, contents in _walk(buf):
+            if contents is None:
+                unread.append((start, end))
+                continue
+            got, bad = _parse(contents)
+            rows += got
+            intact_bytes += end - start
+            if bad:
+                lines = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+                damage.append(Damage(start, end - start, len(bad), True, f"a batch with {len(bad)} lines that are "
+                                     f"not JSON rows (line{'s' if len(bad) > 1 else ''} {lines})"))
+        for start, end in unread:
+            starts = [start]
+            while (nxt := buf.find(_MAGIC, starts[-1] + 1, end)) >= 0:
+                starts.append(nxt)
+            counts = [_header_rows(buf, s) for s in starts]
+            exact = counts[0] is not None
+            # Estimated from the rows per byte of the intact batches; a batch holds one row at least.
+            lost = sum(c or 0 for c in counts) if exact else \
+                max(1, round((end - start) * len(rows) / intact_bytes)) if intact_bytes else None
+            what = "a damaged or torn batch (gzip member)" if buf[start:start + 3] == _MAGIC else \
+                "bytes that are not a gzip member"
+            damage.append(Damage(start, end - start, lost, exact, what))
+    return DatasetRead(rows, sorted(damage, key=lambda d: d.offset))
 
 
 def read_rows(path: str) -> list[dict[str, Any]]:
-    """Every row of every complete batch; a missing file is an empty dataset."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    rows = []
-    for _, text in _members(data):
-        rows += [json.loads(line) for line in text.decode().splitlines() if line.strip()]
-    return rows
+    """Every row of every intact batch, warning (DatasetWarning) of each part that could not be read; a missing
+    file is an empty dataset."""
+    got = read_dataset(path)
+    for d in got.damage:
+        warnings.warn(DatasetWarning(d.describe(path)), stacklevel=2)
+    return got.rows
 
 
-def _good_length(path: str) -> int:
+def check_appendable(path: str) -> None:
+    """CostModelError unless `path` is missing, empty or a dataset: its first intact batch is JSON rows, or it
+    has none (a first batch torn by a kill) but begins as a gzip member does. append_rows calls it; a collector
+    calls it before measuring anything, so that a wrong path costs no measurements."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        mapped = _Mapped(path)
     except FileNotFoundError:
-        return 0
-    ends = [end for end, _ in _members(data)]
-    return ends[-1] if ends else 0
+        return
+    with mapped as buf:
+        if not buf:
+            return
+        for _, _, contents in _walk(buf):
+            if contents is None:
+                continue
+            rows, bad = _parse(contents)
+            if bad:
+                why = "its first intact gzip member does not hold JSON rows"
+                break
+            if rows:
+                return
+        else:
+            if buf[:3] == _MAGIC:
+                return
+            why = "it does not begin with a gzip member"
+    raise CostModelError(f"{path} is not a measurements dataset ({why}); nothing was appended and the file is "
+                         "unchanged: give a new file or one written by `fusionsearch costmodel collect`")
 
 
 def append_rows(path: str, rows: Iterable[dict[str, Any]]) -> int:
-    """Append one batch as a gzip member (after cutting off any torn tail); returns the rows written."""
+    """Append one batch as a gzip member after whatever the file holds (nothing is cut or rewritten: a torn or
+    damaged batch stays where it is, skipped by readers); returns the rows written. CostModelError, the file
+    unchanged, when `path` is not a dataset."""
     rows = list(rows)
     if not rows:
         return 0
-    payload = gzip.compress("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode(), mtime=0)
+    payload = _member(rows)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    good = _good_length(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if os.path.isdir(path):
+        raise CostModelError(f"{path} is a directory, not a measurements dataset file")
+    check_appendable(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        if os.fstat(fd).st_size != good:
-            os.ftruncate(fd, good)  # a torn batch from a killed run
-        os.lseek(fd, good, os.SEEK_SET)
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view):]
