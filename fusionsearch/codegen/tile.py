@@ -198,6 +198,11 @@ class TileEvaluator:
                          for j in range(len(src.shape)))
         if node.op in ("view", "reshape"):
             return _reshape_index(node.shape, src.shape, index)
+        if node.op == "slice":  # the source element start + step * i of dim d; in range wherever i is
+            d = a.get("dim", 0) % len(src.shape)
+            start, step = int(a.get("start", 0)), int(a.get("step", 1))
+            moved = Idx(f"({start} + {step} * ({index[d].expr}))", index[d].mask)
+            return (*index[:d], moved, *index[d + 1:])
         raise CodegenError(f"no index map for layout op {node.op}")
 
     def _gather(self, n: str, index: tuple[Idx, ...]) -> Value:

@@ -59,6 +59,71 @@ class CapturedProgram:
     graph: OpGraph
     returned: int
     mutated: tuple[str, ...]
+    signature: CallSignature | None = None
+
+
+@dataclass(frozen=True)
+class CallSignature:
+    """How a call of the captured function maps onto the graph's inputs, and the graph's outputs back onto what
+    the function returns: tensor arguments (by parameter name) become inputs, then the module's state (the live
+    parameters and buffers); arguments traced as constants must be given the same again."""
+
+    target: Any  # the function (a module's forward) whose parameters name the slots
+    slots: tuple[str, ...]  # argument names as traced: positional ones, then keywords
+    constants: tuple[Any, ...]  # per slot, the traced value of a non-tensor argument (TENSOR for a tensor)
+    state: tuple[torch.Tensor, ...]
+    out_spec: Any  # the pytree structure of what the function returns
+
+    def inputs(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+        """The graph's inputs for a call with `args`, `kwargs`; GraphError naming an argument that does not fit."""
+        given = self._bind(args, kwargs)
+        tensors = []
+        for name, traced in zip(self.slots, self.constants, strict=True):
+            if name not in given:
+                raise GraphError(f"argument {name!r} is missing (it was given when the function was tuned)")
+            value = given.pop(name)
+            if traced is TENSOR:
+                if not isinstance(value, torch.Tensor):
+                    raise GraphError(f"argument {name!r} must be a tensor, got {type(value).__name__}")
+                tensors.append(value)
+            elif isinstance(value, torch.Tensor) or value != traced:
+                raise GraphError(f"argument {name!r} was {traced!r} when tuned, got {_short(value)}: the plan "
+                                 "computes with the tuned value; tune again for another")
+        if given:
+            name = next(iter(given))
+            raise GraphError(f"argument {name!r} was not given when the function was tuned; tune with it")
+        return [*tensors, *self.state]
+
+    def outputs(self, values: Sequence[torch.Tensor]) -> Any:
+        """The graph's returned outputs in the structure the function returns."""
+        from torch.utils._pytree import tree_unflatten
+
+        return tree_unflatten(list(values), self.out_spec)
+
+    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = inspect.signature(self.target).bind(*args, **kwargs)
+        except TypeError as e:
+            raise GraphError(f"the tuned function cannot take these arguments: {e}") from None
+        except ValueError:  # no signature: positional slots in order
+            return dict(zip(self.slots, args, strict=False)) | kwargs
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = bound.signature.parameters[name].kind
+            if kind == inspect.Parameter.VAR_POSITIONAL:
+                named.update({f"{name}{i}": v for i, v in enumerate(value)})
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return named
+
+
+TENSOR = object()  # the CallSignature.constants entry of a tensor argument
+
+
+def _short(value: object) -> str:
+    return f"a tensor {list(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)[:60]
 
 
 def capture(fn_or_module: Callable[..., Any], *example_inputs: Any, **example_kwargs: Any) -> OpGraph:
@@ -90,7 +155,13 @@ def capture_program(fn_or_module: Callable[..., Any], *example_inputs: Any, **ex
     returned = len(g.outputs)
     if builder.mutations:
         g.set_outputs([*g.outputs, *(value for _, value in builder.mutations)])
-    return CapturedProgram(g, returned, tuple(name for name, _ in builder.mutations))
+    target = fn_or_module.forward if isinstance(fn_or_module, torch.nn.Module) else fn_or_module
+    slots = _argument_slots(target, list(example_inputs), example_kwargs)
+    state = module_state(fn_or_module) if isinstance(fn_or_module, torch.nn.Module) else []
+    signature = CallSignature(target, tuple(n for n, _ in slots),
+                              tuple(TENSOR if isinstance(v, torch.Tensor) else v for _, v in slots), tuple(state),
+                              getattr(fn, "out_spec", None))
+    return CapturedProgram(g, returned, tuple(name for name, _ in builder.mutations), signature)
 
 
 def _flatten(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
@@ -107,13 +178,18 @@ def _flatten(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
     positional = len(args)
 
     def call(*flat: torch.Tensor) -> Any:
+        from torch.utils._pytree import tree_flatten
+
         it = iter(flat[:n])
         values = [next(it) if isinstance(v, torch.Tensor) else v for _, v in slots]
         call_args, call_kwargs = values[:positional], dict(zip(kwargs, values[positional:], strict=True))
         if isinstance(fn, torch.nn.Module):
-            return torch.func.functional_call(fn, dict(zip(keys, flat[n:], strict=True)), tuple(call_args),
-                                              call_kwargs)
-        return fn(*call_args, **call_kwargs)
+            out = torch.func.functional_call(fn, dict(zip(keys, flat[n:], strict=True)), tuple(call_args),
+                                             call_kwargs)
+        else:
+            out = fn(*call_args, **call_kwargs)
+        call.out_spec = tree_flatten(out)[1]  # type: ignore[attr-defined]  # the structure the caller gets back
+        return out
 
     return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state]
 
@@ -373,6 +449,8 @@ class _Builder:
             return self._add(node, "expand", ins[:1], shape=shape)
         if op == "unsqueeze":
             return self._add(node, "unsqueeze", ins[:1], dim=_dims([args[1]], rank + 1)[0])
+        if op == "slice" and overload == "Tensor" and rank:
+            return self._slice(node, ins[0], rank)
         if op == "index" and overload == "Tensor" and len(args[1]) == 1 and isinstance(args[1][0], fx.Node):
             return self._add(node, "index", [ins[0], self._tensor(args[1][0])])
         if op == "index_select" and _dims([args[1]], rank) == [0]:
@@ -380,6 +458,20 @@ class _Builder:
         if op == "embedding":
             return self._add(node, "embedding", ins[:2])
         return None
+
+    def _slice(self, node: fx.Node, src: str | None, rank: int) -> str | None:
+        """aten.slice (x[a:b], x.narrow) as a layout index map, its bounds clipped as torch clips them."""
+        args, kw = _args(node)
+        dim, start, end, step = [*args[1:], None, None, None, None][:4]
+        dim, start, end = kw.get("dim", dim if dim is not None else 0), kw.get("start", start), kw.get("end", end)
+        step = kw.get("step", step if step is not None else 1)
+        if src is None or not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                                  for v in (dim, start, end, step)):
+            return None
+        d = _dims([dim], rank)[0]
+        size = self.g.node(src).shape[d]
+        lo, hi = slice(start, end).indices(size)[:2]
+        return self._add(node, "slice", [src], dim=d, start=lo, end=max(lo, hi), step=step)
 
     def _binary(self, node: fx.Node, op: str) -> str | None:
         """A binary op over two tensors, or one tensor and attrs 'scalar' (+ 'scalar_first' for 2 - x)."""

@@ -167,6 +167,18 @@ def _unsqueeze_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
     return tuple(s)
 
 
+def _slice_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
+    s = list(ins[0].shape)
+    d = _dim(attrs.get("dim", 0), len(s), "slice")
+    start, end, step = attrs.get("start", 0), attrs.get("end", s[d] if s else 0), attrs.get("step", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)) or step < 1 \
+            or not 0 <= start <= end <= s[d]:
+        raise GraphError(f"slice of {ins[0].name} {s} on dim {d}: start {start!r}, end {end!r}, step {step!r} must "
+                         f"be integers with 0 <= start <= end <= {s[d]} and step >= 1")
+    s[d] = -(-(end - start) // step)
+    return tuple(s)
+
+
 def _same(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
     return ins[0].dtype
 
@@ -183,6 +195,11 @@ register(OpDef("expand", "layout", (1, 1), _expand_shape, _same, lambda t, a: t[
                doc="broadcast size-1 dims"))
 register(OpDef("unsqueeze", "layout", (1, 1), _unsqueeze_shape, _same, lambda t, a: t[0].unsqueeze(a["dim"]),
                doc="insert a size-1 dim"))
+register(OpDef("slice", "layout", (1, 1), _slice_shape, _same,
+               lambda t, a: t[0].narrow(a.get("dim", 0), a.get("start", 0),
+                                        a.get("end", t[0].shape[a.get("dim", 0)]) - a.get("start", 0))
+               [(slice(None),) * (a.get("dim", 0) % t[0].dim()) + (slice(None, None, a.get("step", 1)),)],
+               doc="x[start:end:step] on dim (attrs dim, start, end, step): x.narrow and basic slices"))
 
 
 # ---- indexing: row gathers -------------------------------------------------------------------------

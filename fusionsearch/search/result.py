@@ -36,6 +36,18 @@ class TrialRecord:
                            ua.get("kernel_us"), ua.get("refit", ""), str(ua.get("worker", "")))
 
 
+@dataclass(frozen=True)
+class BoundPlan:
+    """A compiled plan called as the function it was tuned from: `plan(*args, **kwargs)`."""
+
+    compiled: Any
+    signature: Any
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        outs = self.compiled(*self.signature.inputs(args, kwargs))
+        return self.signature.outputs(outs)
+
+
 @dataclass
 class TuneResult:
     """What `fusionsearch.tune` returns: `.best` (a Plan) and its time `.best_us` (measured on the gpu
@@ -54,6 +66,7 @@ class TuneResult:
     extra: dict[str, Any] = field(default_factory=dict)
     cost_model: str = "analytic"  # which model priced the trials: "analytic" or "learned (<GPU it was trained on>)"
     sampler: str = ""
+    signature: Any = None  # graph.capture.CallSignature of a tuned function or module: compile() takes its call
 
     def workers(self) -> dict[str, int]:
         """Trials by the worker process that ran them (empty for a search of one process)."""
@@ -67,7 +80,11 @@ class TuneResult:
         return out
 
     def compile(self, **options: Any) -> Any:
-        return self.best.compile(**options)
+        """The best plan ready to run. Tuned from a function or module, it is called as that function (the
+        module's parameters and buffers bound) and returns what the function returns; tuned from a graph, it
+        takes the graph's inputs and returns the list of its outputs."""
+        compiled = self.best.compile(**options)
+        return compiled if self.signature is None else BoundPlan(compiled, self.signature)
 
     def export(self, directory: str) -> str:
         """Write the best plan's standalone module, plan.json, graph.json and report.md into `directory`."""

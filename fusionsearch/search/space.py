@@ -159,12 +159,31 @@ def _decision(space: Space, option: str, group_key: str) -> Decision:
 
 
 def fusion_groups(g: OpGraph) -> list[tuple[str, ...]]:
-    """Connected components of the fusable nodes, in topological order of their first node."""
+    """Connected components of the fusable nodes, in topological order of their first node; a component that
+    feeds a node outside it whose value comes back into it (a residual add feeding a norm whose mean PyTorch
+    runs, then the norm's scale) is cut where it comes back, so that every group can run as one kernel."""
     order = g.topo_order()
     fusable = [n for n in order if g.node(n).kind in FUSABLE]
     sub = g.nx.subgraph(fusable).to_undirected()
-    comps = [tuple(n for n in order if n in comp) for comp in nx.connected_components(sub)]
-    return sorted(comps, key=lambda c: order.index(c[0]))
+    groups: list[tuple[str, ...]] = []
+    for comp in nx.connected_components(sub):
+        stage = _stages(g, order, comp)
+        for level in sorted(set(stage.values())):
+            members = [n for n in comp if stage[n] == level]
+            for part in nx.connected_components(g.nx.subgraph(members).to_undirected()):
+                groups.append(tuple(n for n in order if n in part))
+    return sorted(groups, key=lambda c: order.index(c[0]))
+
+
+def _stages(g: OpGraph, order: list[str], comp: set[str]) -> dict[str, int]:
+    """Per member of `comp`, how many times the longest path from the component to it leaves the component
+    and comes back: members of one stage never reach one another through a node outside the component."""
+    depth: dict[str, int] = {}
+    for n in order:
+        ins = [depth[s] + (1 if n in comp and s not in comp else 0) for s in g.node(n).inputs if s in depth]
+        if n in comp or ins:
+            depth[n] = max(ins, default=0)
+    return {n: depth[n] for n in comp}
 
 
 def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48) -> tuple[TileConfig, ...]:

@@ -761,18 +761,25 @@ def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = 64, back
     >>> res.best.kernels[0].epilogue
     ('y_bias', 'out')
     """
+    signature = None
     if isinstance(fn_or_graph, OpGraph):
         graph = fn_or_graph
     elif callable(fn_or_graph):
-        from fusionsearch.graph.capture import capture
+        from fusionsearch.graph.capture import capture_program
 
-        graph = capture(fn_or_graph, *example_inputs)
+        program = capture_program(fn_or_graph, *example_inputs)
+        if program.mutated:
+            raise SpecError(f"the function writes its input {program.mutated[0]!r} in place (copy_, index_put_, "
+                            "slice assignment); tune a function that returns the new value instead")
+        graph, signature = program.graph, program.signature
     else:
         raise SpecError(f"tune needs an OpGraph or a PyTorch function/module, got {type(fn_or_graph).__name__}")
     opts = SearchOptions(trials=trials, backend=backend, storage=storage, study_name=study_name, seed=seed,
                          timeout=timeout, **options)
-    inputs = list(example_inputs) if example_inputs and all(
-        isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs) else None
+    given = list(example_inputs) if signature is None else signature.inputs(example_inputs, {})
+    inputs = given if given and all(isinstance(t, torch.Tensor) and t.is_cuda for t in given) else None
     if inputs is not None and len(inputs) != len(graph.inputs):
-        inputs = None  # a module's parameters are graph inputs too: draw random ones
-    return run_study(graph, opts, inputs)
+        inputs = None
+    res = run_study(graph, opts, inputs)
+    res.signature = signature  # res.compile() is then called as the function (the module) itself
+    return res

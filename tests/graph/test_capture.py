@@ -249,3 +249,23 @@ def test_an_in_place_write_of_an_input_is_an_output_of_the_program_and_refused_b
     assert torch.allclose(out, want) and torch.equal(new_cache, written)
     with pytest.raises(GraphError, match="writes its input 'cache' in place"):
         fs.capture(write, x, cache, pos)
+
+
+@pytest.mark.parametrize("take", [lambda x: x[:, 8:40], lambda x: x.narrow(1, 3, 32), lambda x: x[:, -40:-8],
+                                  lambda x: x[:, 1:65:2], lambda x: x[2:18, 5:37]],
+                         ids=["slice", "narrow", "negative", "step", "rows"])
+def test_slices_capture_as_index_maps_and_fuse_into_the_matmul_prologue(take: object) -> None:
+    from fusionsearch.search import plan as P
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(take(x)) @ w  # type: ignore[operator]
+
+    x, w = torch.randn(20, 70), torch.randn(32, 24)
+    g = fs.capture(f, x, w)
+    assert "extern" not in [n.op for n in g] and "slice" in [n.op for n in g]
+    assert torch.allclose(fs.reference(g, [x, w])[0], f(x, w))
+    plan = P.fully_fused(g)
+    assert any(k.kind == "template" and k.prologue_a for k in plan.kernels)  # the slice and relu in the loads
+    v = fs.measure.validate(plan, g)
+    assert v.ok, v.reason
+    assert torch.allclose(plan.compile()(x, w)[0], f(x, w), rtol=1e-4, atol=1e-4)

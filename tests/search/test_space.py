@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 import pytest
+import torch
 
 import fusionsearch as fs
 from fusionsearch.costmodel.analytic import fits
@@ -176,3 +177,24 @@ def test_space_plan_of_unknown_config_label_falls_back_to_the_default() -> None:
     assert _template(plan, "y").epilogue == ("y_bias", "out")
     for cfg in s.configs[0][:5]:
         assert _template(s.plan({"mm0.config": cfg.short()}), "y").config == cfg
+
+
+def test_a_residual_feeding_a_norm_whose_mean_pytorch_runs_tunes_to_a_valid_plan() -> None:
+    """h = x + r feeds the norm's mean (an extern op) and its scale: one connected group would both feed and
+    read the extern; it is cut where the mean comes back, so every group has a legal option."""
+    import fusionsearch as fs
+    from fusionsearch.search.space import enumerate_space, fusion_groups
+
+    def f(x: torch.Tensor, r: torch.Tensor, g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = x + r
+        y = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-6)
+        return (y * g) @ w
+
+    args = (torch.randn(16, 32), torch.randn(16, 32), torch.randn(32), torch.randn(32, 24))
+    graph = fs.capture(f, *args)
+    groups = fusion_groups(graph)
+    assert len(groups) == 2 and groups[0] == ("add", "mul") and "mul_2" in groups[1]
+    assert all(grp.options for grp in enumerate_space(graph).groups)
+    res = fs.tune(f, *args, trials=4, backend="interpret")
+    assert res.best_us > 0
+    assert torch.allclose(res.compile()(*args), f(*args), rtol=1e-4, atol=1e-4)
