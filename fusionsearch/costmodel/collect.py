@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from fusionsearch.codegen.templates import FP32_DOT
-from fusionsearch.datasets.measurements import append_rows, read_rows, rows_for_fp32_dot
+from fusionsearch.datasets.measurements import append_rows, check_appendable, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
 from fusionsearch.measure.bench import kernel_times
 
@@ -83,6 +83,7 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     """Measure options.graphs random graphs into `out_path` (appending, resuming); returns row counts by status."""
     if options.device == "cuda" and not torch.cuda.is_available():
         raise FusionSearchError("collect measures kernels on a GPU; none is visible here")
+    check_appendable(out_path)  # a file that is not a dataset is refused before anything is measured
     from concurrent.futures.process import BrokenProcessPool
 
     from fusionsearch.codegen.resources import many_plan_resources, resources_pool

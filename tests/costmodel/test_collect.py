@@ -175,3 +175,16 @@ def test_collect_records_each_templates_compiled_resources_as_plan_resources_fin
         alone = plan_resources(plan)[r["kernel_index"]]
         assert r["resources"] == dataclasses.asdict(alone) and alone.instructions > 0
         assert r["features"]["registers"] == alone.registers > 0
+
+
+def test_collect_into_a_file_that_is_not_a_dataset_is_refused_before_measuring(tmp_path, monkeypatch):
+    from fusionsearch.datasets import random_graphs
+    from fusionsearch.errors import CostModelError
+
+    path = tmp_path / "notes.jsonl.gz"
+    path.write_text("my notes, not a dataset\n")
+    measured = []
+    monkeypatch.setattr(random_graphs, "random_graph", lambda *a, **k: measured.append(a))
+    with pytest.raises(CostModelError, match="is not a measurements dataset"):
+        collect(str(path), CollectOptions(graphs=1, **OPTS))
+    assert path.read_text() == "my notes, not a dataset\n" and measured == []
