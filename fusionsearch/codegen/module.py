@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.pointwise import generate_pointwise
 from fusionsearch.codegen.templates import FP32_DOT, generate_template
@@ -63,6 +65,14 @@ def _check_inputs(inputs, expected):
     except AttributeError:
         pass
     _refuse(inputs, expected, device)
+
+
+def _no_bf16_interpreter(device):
+    """Triton's CPU interpreter miscomputes bfloat16 arithmetic and dots (relative errors ~1e10): refuse rather
+    than hand back numbers known to be wrong."""
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        raise InputError(None, "this plan's Triton kernels compute in bfloat16, which Triton's CPU interpreter "
+                               "miscomputes; run it on a GPU, or tune a float16 copy of the graph on the CPU")
 
 
 def _refuse(inputs, expected, device):
@@ -239,6 +249,17 @@ def _freeing(plan: Plan, body: list[str], starts: list[int], buf: dict[str, str]
     return out
 
 
+def _triton_bf16(plan: Plan) -> bool:
+    """Whether a Triton kernel of the plan reads or computes a bfloat16 value."""
+    g = plan.graph
+    for k in plan.kernels:
+        if isinstance(k, TemplateKernel | PointwiseKernel):
+            touched = {n for m in k.nodes for n in (m, *g.node(m).inputs)}
+            if any(g.node(n).dtype == torch.bfloat16 for n in touched):
+                return True
+    return False
+
+
 def library_call(g: OpGraph, mm: str, buf: dict[str, str]) -> str:
     """The PyTorch call computing matmul node `mm` (a LibraryKernel) from its operands' buffers: the graph's
     matmul ops are torch's own, so this is their definition, run by cuBLAS on NVIDIA GPUs. Only numbers from
@@ -304,6 +325,8 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             f"    {', '.join(buf[n] for n in g.inputs)}, = inputs",
             "    fast, key, stream = _launch_key(inputs, device)",
             "    launched = []"]
+    if _triton_bf16(plan):
+        head.insert(1, "    _no_bf16_interpreter(device)")
     if any(isinstance(k, ExternKernel) for k in plan.kernels):
         head += ["    if not EXTERNS:", "        _load_externs()"]
     body: list[str] = []

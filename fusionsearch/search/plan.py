@@ -125,15 +125,16 @@ class Plan:
         for i, k in enumerate(self.kernels):
             for n in produced(k):
                 first_producer.setdefault(n, i)
+        computing: dict[str, list[int]] = {}  # node -> the kernels that compute it (recomputed nodes: several)
+        for j, nodes in enumerate(computed_in):
+            for n in nodes:
+                computing.setdefault(n, []).append(j)
+        outputs = set(g.outputs)
         out: list[set[str]] = [set() for _ in self.kernels]
         for n, i in first_producer.items():
-            if n in g.outputs:
+            if n in outputs or any(j != i and n not in computed_in[j]
+                                   for c in g.consumers(n) for j in computing.get(c, ())):
                 out[i].add(n)
-                continue
-            for j, nodes in enumerate(computed_in):
-                if j != i and n not in nodes and any(c in nodes for c in g.consumers(n)):
-                    out[i].add(n)
-                    break
         return out
 
     def with_config(self, cfg: TileConfig) -> Plan:
