@@ -22,7 +22,7 @@ import torch
 from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
-from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
+from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok, template_operands
 from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.space import Space, enumerate_space, seed_plans
@@ -69,6 +69,9 @@ class SearchOptions:
     # each matmul may also run in PyTorch's own matmul (cuBLAS) where nothing is fused into it, so the search
     # can always fall back to what eager PyTorch runs (False: Triton templates only)
     library: bool = True
+    # what the graph is called in the study's records (`fusionsearch studies`, a refused reuse); the CLI names
+    # the workload and its shape or the spec file; empty: a summary of the graph's ops
+    graph_name: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -373,7 +376,7 @@ class Objective:
                 self._checked[key] = (True, "not checked: the graph does not shrink")
             else:
                 small_plan = Plan(self._small, plan.kernels, plan.recompute)
-                with _interpreter():
+                with interpreter():
                     v = validate(small_plan, self._small, device="cpu", seed=self.options.seed)
                 self._checked[key] = (v.ok, v.reason)
         return self._checked[key]
@@ -408,7 +411,7 @@ class Objective:
             trial.set_user_attr("refit", f"model refitted on {self.refit.measured_kernels} kernels of this search")
 
 
-class _interpreter:
+class interpreter:
     """Run Triton in its CPU interpreter for the duration (the flag is read at launch time)."""
 
     def __enter__(self) -> None:
@@ -431,21 +434,24 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
     """Search the graph's fusion and tile-config space; returns the best plan and every trial. `judge`
     (an object with judge(plan_json, kernels) -> Judgement and close()) replaces the GPU's: the search then
     measures through it whatever the machine has."""
-    from fusionsearch.costmodel.analytic import fits
     from fusionsearch.costmodel.hardware import Hardware
 
     if judge is not None and options.backend not in ("auto", "gpu"):
         raise SpecError(f"a judge measures plans: it needs backend 'gpu' (or 'auto'), not {options.backend!r}")
     backend = "gpu" if judge is not None else resolve_backend(options.backend)
     count = 1 if judge is not None else worker_count(options.workers, backend)
+    hw = hw or Hardware.detect()
+    space = search_space(graph, options, hw)
+    single = possible_plans(space) == 1
+    trials = 1 if single else options.trials  # one plan: every further trial would judge it again
+    if single:
+        count = 1
+        log.info("1 possible plan: 1 trial (of %d asked)", options.trials)
     own_storage = None
     if count > 1 and options.storage is None:  # the workers share a study: SQLite, whose heartbeat retries
         own_storage = tempfile.mkdtemp(prefix="fusionsearch-study-")  # the trials of a worker that dies
     url = f"sqlite:///{os.path.join(own_storage, 'study.db')}" if own_storage else options.storage
     try:
-        hw = hw or Hardware.detect()
-        space = enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs,
-                                library=options.library)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         storage = make_storage(url, options.heartbeat_s) or optuna.storages.InMemoryStorage()
@@ -453,21 +459,104 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
         objective = Objective(graph, space, options, backend, hw)
         sampler = _sampler_name(options, objective)
         first = [] if sampler == "ranked" else seed_plans(space)  # ranked: its first trial is the model's best
-        study = _open_study(name, storage, _sampler(sampler, options.seed, objective), options.trials, first)
+        identity = study_identity(graph, options.graph_name, space, backend, _priced_by(objective.model), hw)
+        study = _open_study(name, storage, _sampler(sampler, options.seed, objective), trials, first, identity,
+                            redact(url) if url and not own_storage else "")
         start = time.time()
         if count > 1:
-            shared = dataclasses.replace(options, storage=url, study_name=name, backend=backend)
+            shared = dataclasses.replace(options, storage=url, study_name=name, backend=backend, trials=trials)
             exits = run_workers(graph.to_dict(), shared, inputs, count, backend, options.progress)
             for e in exits:
                 if e.code != 0:
                     log.warning("search worker %s exited with code %d: %s", e.tag, e.code, e.stderr_tail)
             # Join the study here too: whatever a dead worker left waiting (or retried) is run now.
             objective.tag = "main"
-        return _search(graph, options, inputs, judge, backend, hw, space, storage, name, objective, sampler, study,
-                       start, None if own_storage else options.storage)
+        res = _search(graph, options, inputs, judge, backend, hw, space, storage, name, objective, sampler, study,
+                      start, None if own_storage else options.storage)
+        if single:
+            res.extra["possible_plans"] = 1
+        return res
     finally:
         if own_storage:
             shutil.rmtree(own_storage, ignore_errors=True)
+
+
+def search_space(graph: OpGraph, options: SearchOptions, hw: Any) -> Space:
+    """The graph's candidate space under `options` on hardware `hw` (whose shared memory bounds the tiles)."""
+    from fusionsearch.costmodel.analytic import fits
+
+    return enumerate_space(graph, lambda g, mm, cfg: fits(g, mm, cfg, hw), options.max_configs,
+                           library=options.library)
+
+
+def possible_plans(space: Space, limit: int = 64) -> int | None:
+    """How many distinct legal plans the space holds, counted when it has at most `limit` combinations (else
+    None): a space of one plan needs one trial, whatever was asked."""
+    if space.size() > limit:
+        return None
+    return len(space.distinct_plans())
+
+
+def _priced_by(model: Any) -> str:
+    """Which cost model prices the trials, in the words results and study records use."""
+    return "analytic" if model is None else f"learned ({(model.hardware_ or {}).get('name', 'unknown GPU')})"
+
+
+# The study user attrs that say what a study searches: a study created by one search refuses another whose
+# trials would not be comparable with its own (another graph, backend, cost model or GPU) or whose parameters
+# would not fit its trials' (another candidate space: --no-library, another tile grid).
+IDENTITY = ("graph", "backend", "cost_model", "hardware", "space")
+
+
+def study_identity(graph: OpGraph, graph_name: str, space: Space, backend: str, cost_model: str,
+                   hw: Any) -> dict[str, str]:
+    """What a study records of its search when created (user attrs): the keys of IDENTITY, which must match to
+    resume it, and the graph's name and this package's version, which are only read by people."""
+    import hashlib
+    import json
+
+    from fusionsearch import __version__
+
+    choices = json.dumps(space.parameter_choices(), sort_keys=True)
+    return {"graph": graph.signature_hash(), "graph_name": graph_name or graph_summary(graph), "backend": backend,
+            "cost_model": cost_model, "hardware": str(getattr(hw, "name", hw)),
+            "space": hashlib.sha256(choices.encode()).hexdigest()[:16], "fusionsearch_version": __version__}
+
+
+def graph_summary(graph: OpGraph, limit: int = 60) -> str:
+    """A graph named by its ops in order and its first matmul's shape (e.g. 'mm add gelu 16x64x96 float32')."""
+    ops = [graph.node(n).op for n in graph.topo_order() if graph.node(n).op != "input"]
+    text = " ".join(dict.fromkeys(ops))
+    mms = graph.nodes_of_kind("template")
+    if mms:
+        node = graph.node(mms[0])
+        k = graph.node(template_operands(graph, mms[0])["A"]).shape[-1]
+        text += f" {node.shape[-2]}x{k}x{node.shape[-1]}"
+    text += f" {str(graph.node(graph.outputs[0]).dtype).removeprefix('torch.')}" if graph.outputs else ""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_identity(name: str, where: str, recorded: dict[str, Any], identity: dict[str, str]) -> None:
+    """Refuse to resume a study recorded for another search (SpecError naming both); a study that recorded
+    nothing (made before studies recorded what they search) is resumed as it is. The cost model matters where
+    it gives the trials' values (model and interpret backends); on the gpu backend it only orders and prunes."""
+    on = f" on {where}" if where else ""
+    if "graph" in recorded and recorded["graph"] != identity["graph"]:
+        raise SpecError(f"study {name!r}{on} searched another graph, {recorded.get('graph_name', '?')} "
+                        f"(hash {recorded['graph']}); this search's is {identity['graph_name']} (hash "
+                        f"{identity['graph']}): pick another study name (--study), or leave it out to get one per "
+                        "graph")
+    differ = [k for k in IDENTITY[1:] if k in recorded and recorded[k] != identity[k]
+              and not (k == "cost_model" and identity["backend"] == "gpu")]
+    if differ:
+        key = differ[0]
+        what = {"backend": f"backend {recorded[key]}, this search's is {identity[key]}",
+                "cost_model": f"the {recorded[key]} cost model, this search has the {identity[key]} one (--cost-model)",
+                "hardware": f"hardware {recorded[key]}, this search's is {identity[key]}",
+                "space": "another candidate space: other tile configs or PyTorch's matmul offered or not "
+                         "(--no-library)"}[key]
+        raise SpecError(f"study {name!r}{on} was searched with {what}: their trials do not compare; pick another "
+                        "study name (--study)")
 
 
 def _search(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None, judge: Any,
@@ -506,8 +595,7 @@ def _search(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tenso
     if len(timed) > 1:  # side by side, the finalists' order is the one to trust
         pick = min(timed, key=lambda f: f["final_us"])
         best = (space.plan(pick["params"]), pick["final_us"])
-    model = objective.model
-    priced_by = "analytic" if model is None else f"learned ({(model.hardware_ or {}).get('name', 'unknown GPU')})"
+    priced_by = _priced_by(objective.model)
     return TuneResult(graph=graph, space=space, best=best[0], best_us=best[1], trials=records, backend=backend,
                       hardware=hw, study_name=name, elapsed_s=time.time() - start,
                       storage=redact(storage_url) if storage_url else None, cost_model=priced_by,
@@ -531,21 +619,30 @@ def _gpu_judge(graph: OpGraph, inputs: Sequence[torch.Tensor] | None, options: S
 
 
 def _open_study(name: str, storage: Any, sampler: optuna.samplers.BaseSampler, total: int,
-                seeds: list[dict[str, str]]) -> optuna.Study:
+                seeds: list[dict[str, str]], identity: dict[str, str] | None = None, where: str = "") -> optuna.Study:
     """Create the study with `total` waiting trial slots (the seed plans first), or join an existing one.
 
     Workers only claim waiting slots, so N workers on one storage run exactly `total` trials between them.
-    The creator records the slot count in the study's user attr 'slots' once laid out; a joiner waits for it,
-    and a later run asking for a larger total (a resume) adds the missing slots."""
+    The creator records what the study searches (`identity`) and then the slot count in the study's user attr
+    'slots' once laid out; a joiner waits for the slots, refuses a study recorded for another search
+    (check_identity), and a later run asking for a larger total (a resume) adds the missing slots."""
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize")
         slots = 0
+        log.info("study %s created", name)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
         deadline = time.time() + 60
         while "slots" not in study.user_attrs and time.time() < deadline:
-            time.sleep(0.2)  # the creator is still laying out the slots
-        slots = int(study.user_attrs.get("slots", len(study.get_trials(deepcopy=False))))
+            time.sleep(0.2)  # the creator is still laying out the slots (its identity recorded before them)
+        recorded = study.user_attrs
+        if identity is not None:
+            check_identity(name, where, recorded, identity)
+        slots = int(recorded.get("slots", len(study.get_trials(deepcopy=False))))
+        log.info("study %s resumed: %d trial slots, %d asked", name, slots, total)
+    if identity is not None and "graph" not in study.user_attrs and slots == 0:
+        for key, value in identity.items():  # before the slots: a joiner reads them once it sees the slots
+            study.set_user_attr(key, value)
     if slots == 0:
         for params in seeds[:total]:
             study.enqueue_trial(params)
@@ -691,7 +788,10 @@ def _finish(study: optuna.Study, objective: Objective, trial: optuna.Trial, plan
         trial.set_user_attr("status", "failed")
         trial.set_user_attr("reason", failure_reason(e, 300))
         state, value = optuna.trial.TrialState.FAIL, None
-    return study.tell(trial, value, state=state)
+    frozen = study.tell(trial, value, state=state)
+    log.debug("trial %d %s%s %s", trial.number, frozen.user_attrs.get("status", state.name.lower()),
+              "" if value is None else f" {value:.2f} us", frozen.user_attrs.get("reason", ""))
+    return frozen
 
 
 def _retime_finalists(study: optuna.Study, space: Space, judge: Any, count: int) -> list[dict[str, Any]]:

@@ -366,7 +366,8 @@ def test_a_timeout_stops_early_and_a_later_run_completes_the_slots(tmp_path: Pat
     g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
     _slow_suggest(monkeypatch, 0.2)  # 40 trials take 8 s; the deadline leaves room for the first on a busy CI
     start = time.time()
-    res = run_study(g, SearchOptions(trials=40, backend="model", storage=url, study_name="t", timeout=1.0))
+    res = run_study(g, SearchOptions(trials=40, backend="model", storage=url, study_name="t", timeout=1.0,
+                                     cost_model="analytic"))  # undo() below lifts conftest's no-shipped-model
     assert time.time() - start < 10
     states = [t.state for t in _states(url, "t")]
     ran = sum(s in FINISHED for s in states)
@@ -374,7 +375,7 @@ def test_a_timeout_stops_early_and_a_later_run_completes_the_slots(tmp_path: Pat
     assert states.count(optuna.trial.TrialState.WAITING) == 40 - ran
     assert len([t for t in res.trials if t.state != "waiting"]) == ran
     monkeypatch.undo()
-    done = run_study(g, SearchOptions(trials=40, backend="model", storage=url, study_name="t"))
+    done = run_study(g, SearchOptions(trials=40, backend="model", storage=url, study_name="t", cost_model="analytic"))
     assert all(t.state in FINISHED for t in _states(url, "t"))
     assert len(done.trials) == 40
 
@@ -572,7 +573,8 @@ KILLED_WORKER = textwrap.dedent("""
 
     S.Objective.suggest = suggest
     g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
-    S.run_study(g, S.SearchOptions(trials=6, backend="model", storage=sys.argv[1], study_name="k"))
+    S.run_study(g, S.SearchOptions(trials=6, backend="model", storage=sys.argv[1], study_name="k",
+                                   cost_model="analytic"))  # as the test's own run (conftest: no shipped model)
 """)
 
 
@@ -600,3 +602,118 @@ def test_a_resumed_study_reruns_the_trial_of_a_sigkilled_worker(tmp_path: Path, 
     # The killed worker's trial failed on its stale heartbeat and was retried once as a new trial.
     assert [t.state for t in states].count(optuna.trial.TrialState.FAIL) == 1
     assert len(res.trials) == 7 and sum(t.state != "fail" for t in res.trials) == 6
+
+
+# ---- what a study searches: recorded when created, refused when another search reuses it ------------------
+
+def test_a_study_records_what_it_searches(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    res = run_study(g, SearchOptions(trials=3, backend="model", storage=url, study_name="demo", graph_name="mine"))
+    attrs = optuna.load_study(study_name="demo", storage=make_storage(url)).user_attrs
+    assert attrs["graph"] == g.signature_hash() and attrs["graph_name"] == "mine"
+    assert attrs["backend"] == "model" and attrs["cost_model"] == res.cost_model == "analytic"
+    assert attrs["hardware"] == res.hardware.name and len(attrs["space"]) == 16 and attrs["slots"] == 3
+    run_study(g, SearchOptions(trials=3, backend="model", storage=url, study_name="plain"))
+    assert optuna.load_study(study_name="plain", storage=make_storage(url)).user_attrs["graph_name"] == \
+        "mm add gelu 16x64x96 bfloat16"  # no name given: the graph's ops and its matmul's size
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
+def test_a_study_reused_for_another_graph_is_refused_and_left_as_it_was(kind: str,
+                                                                        storage_url: Callable[[str], str]) -> None:
+    """Issue 24: `--study demo` first for mm_bias_gelu, then for swiglu, reported the first graph's best time
+    beside the second graph's plan; now the second search is refused before any trial, naming both graphs."""
+    url = storage_url(kind)
+    first = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    other = fs.workload("swiglu", **SMALL["swiglu"])
+    run_study(first, SearchOptions(trials=4, backend="model", storage=url, study_name="demo",
+                                   graph_name="mm_bias_gelu small"))
+    before = [(t.number, t.params, t.value) for t in _states(url, "demo")]
+    with pytest.raises(SpecError) as exc:
+        run_study(other, SearchOptions(trials=6, backend="model", storage=url, study_name="demo",
+                                       graph_name="swiglu small"))
+    msg = str(exc.value)
+    assert "'demo'" in msg and "mm_bias_gelu small" in msg and "swiglu small" in msg, msg
+    assert first.signature_hash() in msg and other.signature_hash() in msg and "another study name" in msg
+    assert [(t.number, t.params, t.value) for t in _states(url, "demo")] == before  # no slot added, none run
+    # The same graph resumes as before.
+    res = run_study(first, SearchOptions(trials=6, backend="model", storage=url, study_name="demo"))
+    assert len(res.trials) == 6 and len(_states(url, "demo")) == 6
+
+
+@pytest.mark.parametrize(("change", "words"), [({"library": False}, "candidate space"),
+                                               ({"backend": "interpret"}, "backend model"),
+                                               ({"max_configs": 4}, "candidate space")])
+def test_a_study_refuses_a_search_whose_trials_would_not_compare(tmp_path: Path, change: dict[str, object],
+                                                                 words: str) -> None:
+    """Another backend mixes predicted with measured times; another space gives parameters the study's trials
+    do not have (Optuna would fail every trial on the changed choice set)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    run_study(g, SearchOptions(trials=3, backend="model", storage=url, study_name="s"))
+    with pytest.raises(SpecError, match=words):
+        run_study(g, SearchOptions(trials=5, storage=url, study_name="s", **{"backend": "model", **change}))
+    assert len(_states(url, "s")) == 3
+
+
+def test_another_cost_model_is_refused_where_it_gives_the_trials_values() -> None:
+    """On the model and interpret backends a trial's value is the cost model's prediction; on the gpu backend it
+    is measured, and the cost model only orders and prunes the trials."""
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    space = enumerate_space(g, None, 4)
+    for backend in ("model", "interpret", "gpu"):
+        recorded = S.study_identity(g, "", space, backend, "analytic", fs.costmodel.H200)
+        now = S.study_identity(g, "", space, backend, "learned (NVIDIA H200)", fs.costmodel.H200)
+        S.check_identity("s", "", recorded, recorded)
+        if backend == "gpu":
+            S.check_identity("s", "", recorded, now)
+        else:
+            with pytest.raises(SpecError, match="the analytic cost model, this search has the learned"):
+                S.check_identity("s", "", recorded, now)
+
+
+def test_a_study_made_before_studies_recorded_their_search_is_resumed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    run_study(g, SearchOptions(trials=3, backend="model", storage=url, study_name="old"))
+    from sqlalchemy import create_engine, text
+
+    with create_engine(url).begin() as conn:  # as an older fusionsearch left it: the slot count only
+        conn.execute(text("DELETE FROM study_user_attributes WHERE key != 'slots'"))
+    assert set(optuna.load_study(study_name="old", storage=make_storage(url)).user_attrs) == {"slots"}
+    res = run_study(fs.workload("swiglu", **SMALL["swiglu"]),
+                    SearchOptions(trials=3, backend="model", storage=url, study_name="old"))
+    assert len(res.trials) == 3
+
+
+# ---- a space of one plan -------------------------------------------------------------------------
+
+def _pointwise_graph() -> fs.OpGraph:
+    g = fs.OpGraph()
+    g.set_outputs([g.add("gelu", [g.input("x", [16, 64], "float32")])])
+    return g
+
+
+def _lone_mm() -> fs.OpGraph:
+    g = fs.OpGraph()
+    g.set_outputs([g.add("mm", [g.input("a", [16, 64], "float32"), g.input("b", [64, 32], "float32")])])
+    return g
+
+
+@pytest.mark.parametrize(("graph", "options"), [(_pointwise_graph, {}),
+                                                (_lone_mm, {"max_configs": 1, "library": False})])
+def test_a_space_of_one_plan_runs_one_trial(graph: Callable[[], fs.OpGraph], options: dict[str, object],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="fusionsearch.search"):
+        res = run_study(graph(), SearchOptions(trials=8, backend="interpret", **options))  # type: ignore[arg-type]
+    assert S.possible_plans(res.space) == 1
+    assert len(res.trials) == 1 and res.trials[0].status == "validated"
+    assert res.extra["possible_plans"] == 1
+    assert "1 possible plan: 1 trial (of 8 asked)" in caplog.text
+
+
+def test_a_space_of_two_plans_runs_the_trials_asked() -> None:
+    res = run_study(_lone_mm(), SearchOptions(trials=3, backend="model", max_configs=1))  # a config or PyTorch's
+    assert S.possible_plans(res.space) == 2 and len(res.trials) == 3 and "possible_plans" not in res.extra
+    assert S.possible_plans(enumerate_space(fs.workload("swiglu", **SMALL["swiglu"]), None, 48)) is None
