@@ -1,9 +1,15 @@
-"""The `fusionsearch` command: parsing and printing only; the work is done by the package's stages."""
+"""The `fusionsearch` command: parsing and printing only; the work is done by the package's stages.
+
+Logging: the package logs through the `fusionsearch` logger hierarchy (`fusionsearch.search`: the study, its
+trials and workers; `fusionsearch.measure`: measurement workers; `fusionsearch.backend`: the torch.compile
+backend). `-v` (INFO) / `-vv` (DEBUG) or `--log-level LEVEL` put a stderr handler on `fusionsearch` alone;
+without them Python's default shows warnings only."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -53,8 +59,20 @@ def _load_target(target: str | None, shape: str, dtype: str) -> OpGraph:
     return workload(target, dtype=dtype, **_parse_shape(shape))
 
 
+def _graph_name(target: str | None, shape: str, dtype: str) -> str:
+    """The graph as the user named it, recorded in the study: the workload with its shape and dtype, or the
+    spec file."""
+    target = target or DEFAULT_WORKLOAD
+    if target.endswith(".json") or os.path.sep in target:
+        return os.path.basename(target)
+    return " ".join(filter(None, (target, shape.replace(" ", ""), dtype)))
+
+
 def _cmd_search(args: argparse.Namespace) -> int:
-    from fusionsearch.search.study import SearchOptions, run_study
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.search.facts import hardware_words, search_facts
+    from fusionsearch.search.study import SearchOptions, possible_plans, resolve_backend, run_study, search_space
+    from fusionsearch.search.workers import worker_count
 
     if not args.trial_timeout > 0:
         raise SpecError(f"--trial-timeout must be a positive number of seconds, got {args.trial_timeout:g}")
@@ -64,50 +82,58 @@ def _cmd_search(args: argparse.Namespace) -> int:
             raise SpecError(f"--workers takes a positive number or 'auto', got {workers!r}")
         workers = int(workers)
     g = _load_target(args.target, args.shape, args.dtype)
+    graph_name = _graph_name(args.target, args.shape, args.dtype)
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
                          study_name=args.study, workers=workers, seed=args.seed, timeout=args.timeout,
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
                          cost_model=args.cost_model, refit_every=args.refit_every,
                          compile_ranked=args.compile_ranked, finalists=args.finalists,
-                         library=not args.no_library, trial_timeout_s=args.trial_timeout)
+                         library=not args.no_library, trial_timeout_s=args.trial_timeout, graph_name=graph_name)
     if args.out and os.path.exists(args.out) and os.listdir(args.out):
         raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
-    from fusionsearch.search.study import resolve_backend
-
     backend = resolve_backend(opts.backend)
     what = args.target or DEFAULT_WORKLOAD
     how = {"gpu": "measured on the GPU", "model": "ranked by the cost model alone",
            "interpret": "no GPU here: each candidate validated in Triton's CPU interpreter on a shrunk copy of "
                         "the graph, ranked by the cost model"}[backend]
-    from fusionsearch.search.workers import worker_count
-
-    workers = worker_count(opts.workers, backend)
+    single = possible_plans(search_space(g, opts, Hardware.detect())) == 1
+    workers = 1 if single else worker_count(opts.workers, backend)
     in_parallel = f" in {workers} worker processes" if workers > 1 else ""
-    print(f"searching {what} ({len(g)} nodes, {len(g.nodes_of_kind('template'))} matmuls), {opts.trials} trials"
-          f"{in_parallel}, backend {backend}: {how}", flush=True)
+    trials = "1 possible plan: 1 trial" if single else f"{opts.trials} trials"
+    print(f"searching {what} ({len(g)} nodes, {len(g.nodes_of_kind('template'))} matmuls), {trials}"
+          f"{in_parallel}, backend {backend}: {how}", flush=True, file=sys.stderr if args.json else sys.stdout)
     res = run_study(g, opts)
     if args.out:  # written before anything is printed, so a closed stdout (`| head`) cannot lose it
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # --out a/b/new: make a/b
-        tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=os.path.dirname(os.path.abspath(args.out)))
-        try:
-            res.export(tmp)
-            with open(os.path.join(tmp, "result.json"), "w") as f:
-                json.dump(res.to_dict(), f, indent=1, default=str)
-            if os.path.exists(args.out):
-                os.rmdir(args.out)
-            os.replace(tmp, args.out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _write_out(res, args.out)
+    if args.json:
+        print(json.dumps(search_facts(res, graph_name, args.out), indent=1, default=str))
+        return 0
     print(res.explain())
+    print(f"best: {res.best_us:.1f} us, {hardware_words(res.backend, res.hardware.name)}")
     if args.out:
-        print(f"wrote {args.out}/ (plan.json, fusionsearch_plan.py, graph.json, report.md)")
+        print(f"wrote {args.out}/ ({', '.join(sorted(os.listdir(args.out)))})")
     return 0
 
 
+def _write_out(res: Any, out: str) -> None:
+    """Export the result into `out` whole or not at all: written beside it, then renamed into place."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # --out a/b/new: make a/b
+    tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        res.export(tmp)
+        with open(os.path.join(tmp, "result.json"), "w") as f:
+            json.dump(res.to_dict(), f, indent=1, default=str)
+        if os.path.exists(out):
+            os.rmdir(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from fusionsearch.costmodel.analytic import estimate
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.graph.spec import load_graph
+    from fusionsearch.search.facts import plan_facts
     from fusionsearch.search.plan import Plan
 
     path = os.path.join(args.plan, "plan.json") if os.path.isdir(args.plan) else args.plan
@@ -121,18 +147,22 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     except OSError as e:
         raise SpecError(f"{path}: cannot read the plan ({e.strerror})") from None
     hw = Hardware.detect()
-    est = estimate(plan, hw)
-    learned = _learned_kernel_times(plan, hw)
+    facts = plan_facts(plan, hw, _learned_kernel_times(plan, hw))
+    facts["search"] = _searched(os.path.join(os.path.dirname(os.path.abspath(path)), "result.json"))
+    if args.json:
+        print(json.dumps(facts, indent=1))
+        return 0
     print(plan.describe())
-    for i, ke in enumerate(est.per_kernel):
-        also = f", learned model {learned[i]:.1f} us" if learned is not None else ""
-        print(f"kernel {ke.index}: {ke.bytes_read / 1e6:.2f} MB read, {ke.bytes_written / 1e6:.2f} MB written, "
-              f"{ke.flops / 1e9:.2f} GFLOP; analytic model {ke.time_us:.1f} us{also}")
-    also = f", learned ({hw.name}) model {sum(learned):.1f} us" if learned is not None else ""
-    print(f"plan: analytic model {est.time_us:.1f} us{also}")
-    searched = _searched_figure(os.path.join(os.path.dirname(os.path.abspath(path)), "result.json"))
+    for k in facts["kernels"]:
+        also = f", learned model {k['learned_us']:.1f} us" if "learned_us" in k else ""
+        print(f"kernel {k['index']}: {k['bytes_read'] / 1e6:.2f} MB read, {k['bytes_written'] / 1e6:.2f} MB written, "
+              f"{k['flops'] / 1e9:.2f} GFLOP; analytic model {k['analytic_us']:.1f} us{also}")
+    also = f", learned ({hw.name}) model {facts['learned_us']:.1f} us" if facts["learned_us"] is not None else ""
+    print(f"plan: analytic model {facts['analytic_us']:.1f} us{also}")
+    print(f"figures {facts['hardware_words']}")
+    searched = facts["search"]
     if searched:
-        print(searched)
+        print(f"the search: {searched['best_us']:.1f} us ({searched['how']})")
     return 0
 
 
@@ -147,16 +177,62 @@ def _learned_kernel_times(plan: Any, hw: Any) -> list[float] | None:
     return [float(t) for t in model.predict(X)]
 
 
-def _searched_figure(result_path: str) -> str | None:
-    """What the search that wrote this plan recorded of it (result.json beside it), as one line; None without."""
+def _searched(result_path: str) -> dict[str, Any] | None:
+    """What the search that wrote this plan recorded of it (result.json beside it); None without."""
+    from fusionsearch.search.facts import how_words
+
     try:
         with open(result_path) as f:
             result = json.load(f)
         best, backend, model = float(result["best_us"]), str(result["backend"]), str(result["cost_model"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    how = "measured on the GPU" if backend == "gpu" else f"predicted by the {model} cost model, backend {backend}"
-    return f"the search: {best:.1f} us ({how})"
+    how = "measured on the GPU" if backend == "gpu" else f"{how_words(backend, model)}, backend {backend}"
+    return {"best_us": best, "backend": backend, "cost_model": model, "how": how}
+
+
+def _cmd_studies(args: argparse.Namespace) -> int:
+    from fusionsearch.search.studies import format_studies, list_studies
+    from fusionsearch.search.study import redact
+
+    summaries = list_studies(args.storage)
+    print(format_studies(summaries) if summaries else f"no studies in {redact(args.storage)}")
+    return 0
+
+
+def _parse_input_spec(text: str) -> tuple[tuple[int, ...], Any]:
+    """'16x64' or '16x64:float16' -> (shape, dtype or None)."""
+    from fusionsearch.graph.registry import dtype_from_name
+
+    dims, _, dtype = text.partition(":")
+    parts = dims.lower().split("x")
+    if not all(p.isdigit() for p in parts):
+        raise SpecError(f"--inputs {text!r}: write a shape as 16x4096, optionally with a dtype: 16x4096:bfloat16")
+    return tuple(map(int, parts)), dtype_from_name(dtype, f"--inputs {text!r}") if dtype else None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fusionsearch.errors import MeasureError
+    from fusionsearch.search.replay import check_inputs, load_saved, replay, resolve
+
+    specs = [_parse_input_spec(t) for t in args.inputs or ()]
+    backend = resolve(args.backend)
+    graph, plan = load_saved(args.plan_dir)
+    if args.inputs:
+        check_inputs(graph, specs)
+    r = replay(graph, plan, backend, seed=args.seed)
+    if not r.ok:
+        raise MeasureError(f"{args.plan_dir}: the plan does not validate on this machine ({r.device}): rel error "
+                           f"{r.rel_err:.3g} (tolerance {r.tolerance:g}): {r.reason}")
+    kernels = f"{len(plan.kernels)} kernel{'s' if len(plan.kernels) != 1 else ''}"
+    print(f"{args.plan_dir}: {kernels} for graph {graph.signature_hash()} ({len(graph)} nodes)")
+    print(f"ok: rel error {r.rel_err:.3g} against the float64 reference (tolerance {r.tolerance:g}), on {r.device}")
+    if r.median_us is None:
+        print("time: none measured on a CPU (the interpreter's speed says nothing of a GPU's); run it where a GPU "
+              "is to time it")
+    else:
+        print(f"time: {r.median_us:.1f} us median (p20 {r.p20_us:.1f}, p80 {r.p80_us:.1f}) on {r.device}")
+    return 0
 
 
 # ---- costmodel collect / train / evaluate: the learned cost model ----------------------------------
@@ -296,7 +372,15 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fusionsearch", description=__doc__)
+    from fusionsearch import __version__
+
+    parser = argparse.ArgumentParser(prog="fusionsearch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fusionsearch {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log the fusionsearch.* loggers on stderr: -v INFO, -vv DEBUG")
+    parser.add_argument("--log-level", default=None, metavar="LEVEL",
+                        help=f"level of the fusionsearch.* loggers on stderr ({', '.join(LEVELS)}); wins over -v")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list the built-in workloads with their default shapes")
     p.set_defaults(func=_cmd_list)
@@ -339,11 +423,29 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 1); with --storage, the study is shared through it, else through a temporary "
                         "SQLite file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout (best plan, time, how and where, trials, files written) "
+                        "instead of the text; progress and warnings stay on stderr")
     p.set_defaults(func=_cmd_search)
     p = sub.add_parser("explain", help="explain a saved plan (a search's --out directory or its plan.json)")
     p.add_argument("plan")
     p.add_argument("--graph", default=None, help="the graph spec (default: graph.json beside the plan)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the text")
     p.set_defaults(func=_cmd_explain)
+    p = sub.add_parser("studies", help="list the studies in an Optuna storage: graph, trials, best time")
+    p.add_argument("--storage", required=True,
+                   help="the storage a search used: sqlite:///f.db, postgresql://..., journal:f (never created)")
+    p.set_defaults(func=_cmd_studies)
+    p = sub.add_parser("run", help="validate a saved plan on this machine and time it on a GPU (a search's --out)")
+    p.add_argument("plan_dir", help="a search's --out directory (plan.json and graph.json)")
+    p.add_argument("--inputs", nargs="+", action="extend", default=None, metavar="SHAPE:DTYPE",
+                   help="the inputs you expect, e.g. 16x64:float32 (one per graph input, in order): refused unless "
+                        "they are the graph's; values are drawn at random, indices in range")
+    p.add_argument("--backend", default="auto",
+                   help="gpu (validate and time), interpret (validate in Triton's CPU interpreter, no time), "
+                        "auto (gpu when present)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.set_defaults(func=_cmd_run)
     p = sub.add_parser("tune-model", help="tune every matmul region of a PyTorch model into the plan cache")
     p.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY, a callable returning an nn.Module, "
                                   "or a pair (module, example inputs) for models whose inputs are not random floats "
@@ -394,11 +496,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_handler(verbose: int, level: str | None) -> logging.Handler | None:
+    """A stderr handler on the `fusionsearch` logger (never the root: an embedding program's logging is its own)
+    at `level`, or INFO / DEBUG for -v / -vv; None when neither is given."""
+    if level is not None:
+        if level.upper() not in LEVELS:
+            raise SpecError(f"--log-level {level!r}: use one of {', '.join(LEVELS)}")
+        chosen = getattr(logging, level.upper())
+    elif verbose:
+        chosen = logging.INFO if verbose == 1 else logging.DEBUG
+    else:
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+    handler.setLevel(chosen)
+    logger = logging.getLogger("fusionsearch")
+    logger.addHandler(handler)
+    logger.setLevel(chosen)
+    return handler
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI: exit 0 on success, 2 on a user error (one line, no traceback), 1 on an internal failure."""
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits 2 with its own one-line message on bad arguments
+    logger = logging.getLogger("fusionsearch")
+    level, handler = logger.level, None
     try:
+        handler = _log_handler(args.verbose, args.log_level)
         return int(args.func(args))
     except FusionSearchError as e:
         print(f"fusionsearch: error: {e}", file=sys.stderr)
@@ -409,6 +537,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as other command-line tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes it
         return 1
+    finally:
+        if handler is not None:  # main() called again in one process (tests, notebooks) starts clean
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import fusionsearch as fs
 from fusionsearch.cli import main
@@ -184,3 +185,92 @@ def test_out_in_a_directory_that_does_not_exist_yet(tmp_path: Path) -> None:
     assert main([*SEARCH, "--out", str(out)]) == 0
     assert all((out / name).exists() for name in OUTPUTS)
     assert os.listdir(out.parent) == ["o"]
+
+
+# ---- what a search says: files written, the hardware its time is for, --json --------------------------------
+
+NO_GPU_WORDS = "estimated for NVIDIA H200 (the cost model's hardware profile; this machine has no GPU)"
+
+
+def test_the_wrote_line_lists_every_file_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    assert main([*SEARCH, "--out", str(out)]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("wrote ")]
+    assert line == f"wrote {out}/ ({', '.join(sorted(os.listdir(out)))})"
+    assert set(OUTPUTS) <= set(os.listdir(out))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the words for a machine without a GPU")
+def test_the_summary_names_the_hardware_the_time_is_estimated_for(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(SEARCH) == 0
+    best = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best: ")]
+    assert len(best) == 1 and best[0].endswith(f" us, {NO_GPU_WORDS}"), best
+
+
+def test_search_json_prints_one_object_with_the_facts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    assert main([*SEARCH, "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    facts = json.loads(captured.out)  # stdout is the JSON object alone
+    assert captured.err.startswith("searching mm_bias_gelu")  # the human line moved to stderr
+    result = json.loads((out / "result.json").read_text())
+    assert facts["best_plan"] == json.loads((out / "plan.json").read_text()) == result["best_plan"]
+    assert facts["best_us"] == result["best_us"] and facts["backend"] == "model" and not facts["measured"]
+    assert facts["how"] == f"predicted by the {result['cost_model']} cost model"
+    assert facts["trials"]["total"] == 6 and facts["trials"]["by_status"] == result["counts"]
+    assert facts["trials"]["complete"] + facts["trials"]["pruned"] + facts["trials"]["failed"] == 6
+    assert facts["graph"] == {"name": "mm_bias_gelu M=16,K=64,N=64 bfloat16",
+                              "hash": fs.workload("mm_bias_gelu", M=16, K=64, N=64).signature_hash()}
+    assert facts["hardware"] == "NVIDIA H200" or torch.cuda.is_available()
+    assert facts["files"] == sorted(os.listdir(out)) and facts["out"] == str(out)
+    assert facts["kernels"][0]["epilogue"] == ["y_bias", "out"] and facts["possible_plans"] is None
+
+
+def test_explain_json_holds_what_the_text_says(searched: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fusionsearch.costmodel.analytic import estimate
+    from fusionsearch.costmodel.hardware import Hardware
+
+    assert main(["explain", str(searched), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    g = fs.load_graph(str(searched / "graph.json"))
+    plan = Plan.from_json((searched / "plan.json").read_text(), g)
+    est = estimate(plan, Hardware.detect())
+    assert facts["plan"] == json.loads(plan.to_json()) and facts["graph"] == g.signature_hash()
+    assert facts["analytic_us"] == pytest.approx(est.time_us) and facts["learned_us"] is None
+    (k,) = facts["kernels"]
+    assert (k["kind"], k["matmul"], k["op"], k["epilogue"]) == ("template", "y", "mm", ["y_bias", "out"])
+    assert (k["bytes_read"], k["bytes_written"], k["flops"]) == (est.per_kernel[0].bytes_read,
+                                                                 est.per_kernel[0].bytes_written,
+                                                                 est.per_kernel[0].flops)
+    assert k["config"] == plan.kernels[0].config.short() and k["analytic_us"] == pytest.approx(est.time_us)
+    result = json.loads((searched / "result.json").read_text())
+    assert facts["search"]["best_us"] == result["best_us"] and facts["search"]["backend"] == "model"
+    assert main(["explain", str(searched)]) == 0  # the text says the same figures
+    text = capsys.readouterr().out
+    assert f"analytic model {facts['analytic_us']:.1f} us" in text and f"figures {facts['hardware_words']}" in text
+
+
+def test_a_study_reused_for_another_graph_is_a_one_line_error(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24: `--study demo` for mm_bias_gelu, then for swiglu: exit 2 naming both, nothing searched."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert main([*SEARCH, "--storage", url, "--study", "demo"]) == 0
+    capsys.readouterr()
+    other = ["search", "swiglu", "--shape", "M=16,D=64,H=64", "--trials", "4", "--backend", "model", "--quiet"]
+    _user_error([*other, "--storage", url, "--study", "demo", "--out", str(tmp_path / "o")], capsys,
+                "'demo'", "mm_bias_gelu M=16,K=64,N=64 bfloat16", "swiglu M=16,D=64,H=64 bfloat16", "--study")
+    assert not (tmp_path / "o").exists()
+    assert main([*SEARCH, "--storage", url, "--study", "demo", "--trials", "8"]) == 0  # the same graph resumes
+    assert "trials: 8 (" in capsys.readouterr().out
+
+
+def test_a_graph_of_one_possible_plan_is_searched_in_one_trial(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    g = fs.OpGraph()
+    g.set_outputs([g.add("gelu", [g.input("x", [16, 64], "float32")])])
+    g.save(str(tmp_path / "pw.json"))
+    assert main(["search", str(tmp_path / "pw.json"), "--trials", "16", "--backend", "model", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    first = f"searching {tmp_path / 'pw.json'} (2 nodes, 0 matmuls), 1 possible plan: 1 trial, backend model"
+    assert out.startswith(first)
+    assert "trials: 1 (1 estimated)" in out

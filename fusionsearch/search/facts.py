@@ -1,0 +1,106 @@
+"""The facts `explain` and `search` print, as plain JSON-able dicts: `--json` prints them and the text is made
+from them, so the two never say different things. Also the words naming the hardware a time is for: measured
+on a GPU, or estimated for the cost model's hardware profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fusionsearch.search.plan import LibraryKernel, Plan, TemplateKernel, prologue_bytes_ok, template_operands
+
+
+def hardware_words(backend: str, hw_name: str, gpu_here: bool | None = None) -> str:
+    """How a time relates to hardware: 'measured on <GPU>' on the gpu backend, else 'estimated for <profile>'
+    saying whether the profile is this machine's GPU or stands in for a GPU this machine does not have."""
+    if backend == "gpu":
+        return f"measured on {hw_name}"
+    here = torch.cuda.is_available() if gpu_here is None else gpu_here
+    whose = "the cost model's profile of this machine's GPU" if here else \
+        "the cost model's hardware profile; this machine has no GPU"
+    return f"estimated for {hw_name} ({whose})"
+
+
+def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None) -> list[dict[str, Any]]:
+    """Per kernel of the plan: what it runs and fuses (and why a prologue is not fused), bytes, flop and its
+    analytic time (µs), with the learned model's time (µs) where `learned` gives one per kernel."""
+    from fusionsearch.costmodel.analytic import estimate
+
+    g = plan.graph
+    out = []
+    for i, (k, ke) in enumerate(zip(plan.kernels, estimate(plan, hw).per_kernel, strict=True)):
+        facts: dict[str, Any] = {"index": ke.index, "kind": k.kind}
+        if isinstance(k, TemplateKernel):
+            facts |= {"matmul": k.matmul, "op": g.node(k.matmul).op, "config": k.config.short(),
+                      "prologue_a": list(k.prologue_a), "prologue_b": list(k.prologue_b),
+                      "epilogue": list(k.epilogue), "not_fused": _not_fused(plan, k)}
+        elif isinstance(k, LibraryKernel):
+            facts |= {"matmul": k.matmul, "op": g.node(k.matmul).op, "library": "PyTorch's matmul (cuBLAS)"}
+        else:
+            facts |= {"nodes": list(k.nodes)}
+        facts |= {"bytes_read": ke.bytes_read, "bytes_written": ke.bytes_written, "flops": ke.flops,
+                  "analytic_us": ke.time_us,
+                  "figure": "library figure (cuBLAS's measured rates)" if isinstance(k, LibraryKernel)
+                  else "roofline model"}
+        if learned is not None:
+            facts["learned_us"] = learned[i]
+        out.append(facts)
+    return out
+
+
+def _not_fused(plan: Plan, k: TemplateKernel) -> list[dict[str, str]]:
+    """The template's operands computed by fusable work that the plan leaves unfused, with the reason (the same
+    reasoning as TuneResult.explain)."""
+    g = plan.graph
+    out = []
+    for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
+        root = template_operands(g, k.matmul)[side]
+        if not nodes and g.node(root).op != "input" and g.node(root).kind in ("pointwise", "layout", "indexing"):
+            why = "the bytes rule refuses it" if not prologue_bytes_ok(g, k.matmul, side, [root]) else \
+                "the search measured it unfused as faster"
+            out.append({"side": side, "node": root, "why": why})
+    return out
+
+
+def plan_facts(plan: Plan, hw: Any, learned: list[float] | None = None, backend: str = "model") -> dict[str, Any]:
+    """A plan's facts: the plan itself (Plan.to_dict), the hardware its figures are for, totals (bytes, flop,
+    analytic µs, learned µs or None) and each kernel's (kernel_facts)."""
+    from fusionsearch.costmodel.analytic import estimate
+
+    est = estimate(plan, hw)
+    return {"plan": plan.to_dict(), "graph": plan.graph.signature_hash(), "hardware": hw.name,
+            "hardware_words": hardware_words(backend, hw.name), "bytes_read": est.bytes_read,
+            "bytes_written": est.bytes_written, "flops": est.flops, "analytic_us": est.time_us,
+            "learned_us": None if learned is None else sum(learned),
+            "kernels": kernel_facts(plan, hw, learned)}
+
+
+def how_words(backend: str, cost_model: str) -> str:
+    """How a search's best time was found: measured, or predicted by which cost model."""
+    return "measured" if backend == "gpu" else f"predicted by the {cost_model} cost model"
+
+
+def search_facts(res: Any, graph_name: str = "", out: str | None = None) -> dict[str, Any]:
+    """A finished search (a TuneResult): its graph, best plan and time, how the time was found and for which
+    hardware, trial counts (by outcome and by status), the study, and the files written to `out`."""
+    import os
+
+    states: dict[str, int] = {}
+    for t in res.trials:
+        states[t.state] = states.get(t.state, 0) + 1
+    hw_name = getattr(res.hardware, "name", str(res.hardware))
+    facts = {"graph": {"name": graph_name, "hash": res.graph.signature_hash()},
+             "best_plan": res.best.to_dict(), "best_us": res.best_us,
+             "how": how_words(res.backend, res.cost_model), "measured": res.backend == "gpu",
+             "backend": res.backend, "cost_model": res.cost_model, "sampler": res.sampler,
+             "hardware": hw_name, "hardware_words": hardware_words(res.backend, hw_name),
+             "trials": {"total": len(res.trials), "complete": states.get("complete", 0),
+                        "pruned": states.get("pruned", 0), "failed": states.get("fail", 0),
+                        "by_status": dict(sorted(res.counts().items()))},
+             "possible_plans": res.extra.get("possible_plans"), "study": res.study_name, "storage": res.storage,
+             "elapsed_s": res.elapsed_s, "kernels": kernel_facts(res.best, res.hardware),
+             "out": out, "files": sorted(os.listdir(out)) if out else []}
+    if res.extra.get("finalists"):
+        facts["finalists"] = res.extra["finalists"]
+    return facts

@@ -1,0 +1,107 @@
+"""Replay a saved plan (a search's --out directory) on this machine: validate it against the reference and,
+on a GPU, time it. On a CPU it is validated in Triton's interpreter on the graph as saved and no time is
+measured: the interpreter's speed says nothing of a GPU's. What `fusionsearch run` does."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fusionsearch.errors import MeasureError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.search.plan import Plan
+
+InputSpec = tuple[tuple[int, ...], torch.dtype | None]  # a shape, and a dtype or None for any
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A saved plan run here: whether it validates (worst output's relative error against the float64 reference,
+    the tolerance it was held to), and on the gpu backend its median time (µs) with the 20/80th percentiles."""
+
+    backend: str
+    ok: bool
+    rel_err: float
+    tolerance: float
+    reason: str
+    device: str
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+
+
+def load_saved(directory: str) -> tuple[OpGraph, Plan]:
+    """The graph and plan a search wrote to `directory` (graph.json, plan.json); SpecError when a file is
+    missing or unreadable, PlanError when the plan does not fit the graph."""
+    from fusionsearch.graph.spec import load_graph
+
+    if not os.path.isdir(directory):
+        raise SpecError(f"{directory}: no such directory; give a search's --out directory")
+    missing = [f for f in ("plan.json", "graph.json") if not os.path.isfile(os.path.join(directory, f))]
+    if missing:
+        raise SpecError(f"{directory}: no {' or '.join(missing)} here; give a search's --out directory")
+    graph = load_graph(os.path.join(directory, "graph.json"))
+    try:
+        with open(os.path.join(directory, "plan.json")) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{directory}/plan.json cannot be read ({e})") from None
+    return graph, Plan.from_json(text, graph)
+
+
+def check_inputs(graph: OpGraph, given: Sequence[InputSpec]) -> None:
+    """Refuse inputs described (shape, dtype) unlike the graph's: their count, each shape, each dtype given."""
+    if len(given) != len(graph.inputs):
+        raise SpecError(f"--inputs gives {len(given)} input(s); the graph takes {len(graph.inputs)}: "
+                        + ", ".join(_describe(graph, n) for n in graph.inputs))
+    for i, (name, (shape, dtype)) in enumerate(zip(graph.inputs, given, strict=True)):
+        node = graph.node(name)
+        if tuple(shape) != tuple(node.shape) or (dtype is not None and dtype != node.dtype):
+            want = _describe(graph, name)
+            got = "x".join(map(str, shape)) + (f":{str(dtype).removeprefix('torch.')}" if dtype else "")
+            raise SpecError(f"--inputs {i} is {got}; the graph's input {want}")
+
+
+def _describe(graph: OpGraph, name: str) -> str:
+    node = graph.node(name)
+    return f"{name} {'x'.join(map(str, node.shape))}:{str(node.dtype).removeprefix('torch.')}"
+
+
+def resolve(backend: str) -> str:
+    """'auto' is gpu with a CUDA GPU, else interpret; gpu without one is refused."""
+    if backend not in ("auto", "gpu", "interpret"):
+        raise SpecError(f"--backend {backend!r}: use gpu, interpret or auto")
+    if backend == "auto":
+        return "gpu" if torch.cuda.is_available() else "interpret"
+    if backend == "gpu" and not torch.cuda.is_available():
+        raise SpecError("--backend gpu needs a CUDA GPU; this machine has none (use --backend interpret)")
+    return backend
+
+
+def replay(graph: OpGraph, plan: Plan, backend: str = "auto", seed: int = 0) -> Replay:
+    """Validate the plan on random inputs (fusionsearch.random_inputs: indices in range) and, on the gpu backend,
+    time it (fusionsearch.measure.benchmark). Never raises for a plan that fails: `ok` and `reason` say."""
+    from fusionsearch.graph.reference import random_inputs
+    from fusionsearch.measure.bench import benchmark
+    from fusionsearch.measure.validate import output_tolerances, validate
+    from fusionsearch.search.study import interpreter
+
+    backend = resolve(backend)
+    device = "cuda" if backend == "gpu" else "cpu"
+    inputs = random_inputs(graph, seed=seed, device=device)
+    tolerance = max(output_tolerances(graph), default=0.0)
+    if backend == "interpret":
+        with interpreter():
+            v = validate(plan, graph, inputs, seed=seed)
+        return Replay(backend, v.ok, v.rel_err, tolerance, v.reason, "cpu (Triton's interpreter)")
+    v = validate(plan, graph, inputs, seed=seed)
+    name = torch.cuda.get_device_name()
+    if not v.ok:
+        return Replay(backend, False, v.rel_err, tolerance, v.reason, name)
+    t = benchmark(plan, inputs)
+    if not t.ok:
+        raise MeasureError(f"the plan validated but could not be timed: {t.reason}")
+    return Replay(backend, True, v.rel_err, tolerance, "", name, t.median_us, t.p20_us, t.p80_us)

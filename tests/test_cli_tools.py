@@ -1,0 +1,197 @@
+"""The CLI around the search: `--version`; `-v`/`--log-level` logging the `fusionsearch` loggers (and only them)
+on stderr; `studies` listing a storage's studies; `run` replaying a saved plan. Each user error is one line on
+stderr and exit 2."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+import fusionsearch as fs
+from fusionsearch.cli import main
+from fusionsearch.measure.validate import Validation
+
+TINY = ["mm_bias_gelu", "--shape", "M=16,K=64,N=64", "--dtype", "float32", "--backend", "model", "--quiet"]
+
+
+def _user_error(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.count("\n") == 1 and err.startswith("fusionsearch: error: "), err
+    assert "Traceback" not in err + captured.out
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+# ---- --version -------------------------------------------------------------------------------------------
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"fusionsearch {fs.__version__}\n"
+    proc = subprocess.run([sys.executable, "-m", "fusionsearch", "--version"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout == f"fusionsearch {fs.__version__}\n", proc.stderr
+
+
+# ---- logging ---------------------------------------------------------------------------------------------
+
+def test_every_logger_of_the_package_is_under_fusionsearch() -> None:
+    """The documented hierarchy: what the package logs, `-v` shows (other libraries' loggers it quiets aside)."""
+    root = Path(fs.__file__).parent
+    names = set()
+    for path in root.rglob("*.py"):
+        names |= set(re.findall(r"getLogger\(\s*[\"']([^\"']+)[\"']", path.read_text()))
+    ours = {n for n in names if n == "fusionsearch" or n.startswith("fusionsearch.")}
+    assert {"fusionsearch.search", "fusionsearch.measure", "fusionsearch.backend"} <= ours
+    assert names - ours <= {"optuna", "torch._subclasses.fake_tensor"}, names - ours  # theirs, quieted
+
+
+@pytest.mark.parametrize(("flags", "info", "debug"), [([], False, False), (["-v"], True, False),
+                                                      (["-vv"], True, True), (["--log-level", "debug"], True, True),
+                                                      (["-vv", "--log-level", "WARNING"], False, False)])
+def test_verbose_and_log_level_show_the_search_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         flags: list[str], info: bool, debug: bool) -> None:
+    root_handlers = list(logging.getLogger().handlers)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert main([*flags, "search", *TINY, "--trials", "3", "--storage", url, "--study", "s"]) == 0
+    captured = capsys.readouterr()
+    assert ("fusionsearch.search INFO: study s created" in captured.err) == info, captured.err
+    assert ("fusionsearch.search DEBUG: trial 0 " in captured.err) == debug, captured.err
+    assert "best plan:" in captured.out and "fusionsearch.search" not in captured.out
+    # Only the fusionsearch logger was given a handler, and only for the command's duration.
+    assert logging.getLogger().handlers == root_handlers
+    assert logging.getLogger("fusionsearch").handlers == [] and logging.getLogger("fusionsearch").level == 0
+
+
+def test_a_bad_log_level_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    _user_error(["--log-level", "loud", "list"], capsys, "'loud'", "DEBUG, INFO, WARNING, ERROR, CRITICAL")
+
+
+# ---- studies ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_studies_lists_each_study_with_its_graph_trials_and_best(tmp_path: Path, kind: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'j.log'}"
+    assert main(["search", *TINY, "--trials", "4", "--storage", url, "--study", "first"]) == 0
+    swiglu = ["swiglu", "--shape", "M=16,D=64,H=64", "--backend", "model", "--quiet", "--bytes-rule", "0.5"]
+    assert main(["search", *swiglu, "--trials", "5", "--storage", url]) == 0
+    capsys.readouterr()
+    assert main(["studies", "--storage", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["study", "graph", "backend", "complete", "pruned", "failed", "waiting", "best", "us"]
+    assert len(lines) == 3
+    from fusionsearch.search.study import make_storage
+
+    storage = make_storage(url)
+    for line, study in zip(lines[1:], sorted(optuna.get_all_study_summaries(storage), key=lambda s: s.study_name),
+                           strict=True):
+        trials = optuna.load_study(study_name=study.study_name, storage=storage).trials
+        counts = [sum(t.state == st for t in trials) for st in (optuna.trial.TrialState.COMPLETE,
+                                                                 optuna.trial.TrialState.PRUNED,
+                                                                 optuna.trial.TrialState.FAIL)]
+        graph = f"{study.user_attrs['graph_name']} ({study.user_attrs['graph']})"
+        assert line.startswith(f"{study.study_name} ") and f" {graph} " in line, line
+        assert line.split()[-5:] == [*map(str, counts), "0", f"{study.best_trial.value:.2f}"], line
+    assert "first " in lines[1] and "mm_bias_gelu M=16,K=64,N=64 float32" in lines[1]
+    assert fs.workload("swiglu", M=16, D=64, H=64).signature_hash() in lines[2]
+
+
+def test_studies_of_a_storage_that_does_not_exist_is_a_one_line_error_and_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _user_error(["studies", "--storage", f"sqlite:///{tmp_path / 'none.db'}"], capsys, "no such file")
+    _user_error(["studies", "--storage", f"journal:{tmp_path / 'none.log'}"], capsys, "no such file")
+    _user_error(["studies", "--storage", "not-a-url"], capsys, "not a URL")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "junk.db").write_text("not a database")
+    _user_error(["studies", "--storage", f"sqlite:///{tmp_path / 'junk.db'}"], capsys, "cannot be read")
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "other.db") as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    _user_error(["studies", "--storage", f"sqlite:///{tmp_path / 'other.db'}"], capsys, "not an Optuna storage")
+    with sqlite3.connect(tmp_path / "other.db") as conn:  # left as it was: no Optuna tables added
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["mine"]
+
+
+def test_studies_of_an_empty_storage_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    from fusionsearch.search.study import make_storage
+
+    make_storage(url)  # an Optuna schema, no study
+    assert main(["studies", "--storage", url]) == 0
+    assert capsys.readouterr().out == f"no studies in {url}\n"
+
+
+# ---- run -------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "o"
+    assert main(["search", *TINY, "--trials", "4", "--out", str(out)]) == 0
+    return out
+
+
+def test_run_validates_a_saved_plan_in_the_interpreter(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g = fs.load_graph(str(saved / "graph.json"))
+    plan = fs.search.plan.Plan.from_json((saved / "plan.json").read_text(), g)
+    expected = fs.measure.validate(plan, g, fs.random_inputs(g, seed=0))
+    assert main(["run", str(saved), "--backend", "interpret"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{saved}: 1 kernel for graph {g.signature_hash()} ({len(g)} nodes)"
+    assert out[1] == (f"ok: rel error {expected.rel_err:.3g} against the float64 reference (tolerance 1e-05), on cpu "
+                      "(Triton's interpreter)")
+    assert out[2].startswith("time: none measured on a CPU")
+    shapes = ["16x64:float32", "64x64:float32", "64"]  # a dtype may be left out
+    assert main(["run", str(saved), "--backend", "interpret", "--inputs", *shapes]) == 0
+    assert "ok: rel error" in capsys.readouterr().out
+
+
+def test_run_refuses_what_does_not_fit_in_one_line(saved: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    _user_error(["run", str(tmp_path / "none")], capsys, "no such directory")
+    _user_error(["run", str(tmp_path)], capsys, "no plan.json or graph.json")
+    _user_error(["run", str(saved), "--inputs", "16x64:float32", "64x64:float32"], capsys,
+                "gives 2 input(s); the graph takes 3", "b 64:float32")
+    _user_error(["run", str(saved), "--inputs", "16x64:float32", "64x32:float32", "64"], capsys,
+                "--inputs 1 is 64x32:float32; the graph's input w 64x64:float32")
+    _user_error(["run", str(saved), "--inputs", "16x64:float16", "64x64", "64"], capsys, "x 16x64:float32")
+    _user_error(["run", str(saved), "--inputs", "16by64"], capsys, "16by64")
+    _user_error(["run", str(saved), "--backend", "tpu"], capsys, "'tpu'")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "plan.json").write_text((saved / "plan.json").read_text())
+    fs.workload("mm_bias_gelu", M=16, K=64, N=96, dtype="float32").save(str(other / "graph.json"))
+    _user_error(["run", str(other)], capsys, "different graph")
+
+
+def test_run_of_a_plan_that_does_not_validate_says_its_error(saved: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    V = importlib.import_module("fusionsearch.measure.validate")  # the module (the package exports the function)
+    monkeypatch.setattr(V, "validate", lambda *a, **k: Validation(False, 0.25, "output 0 (torch.float32): rel "
+                                                                               "error 0.25 > 1e-05"))
+    _user_error(["run", str(saved), "--backend", "interpret"], capsys, "does not validate", "rel error 0.25",
+                "tolerance 1e-05")
+
+
+def test_run_in_a_fresh_process_switches_the_interpreter_on_itself(saved: Path) -> None:
+    """`python -m fusionsearch run DIR` in a fresh process: the interpreter is switched on by `run` itself."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "fusionsearch", "run", str(saved)], capture_output=True, text=True,
+                          timeout=300, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ok: rel error" in proc.stdout and "on cpu (Triton's interpreter)" in proc.stdout
+    assert "Traceback" not in proc.stderr
