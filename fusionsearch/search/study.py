@@ -32,6 +32,7 @@ log = logging.getLogger("fusionsearch.search")
 
 BACKENDS = ("auto", "gpu", "interpret", "model")
 SAMPLERS = ("auto", "ranked", "tpe", "brute", "random")
+MODEL_FILES = (".npz", ".skops")  # learned cost model files (costmodel.learned.load reads both)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,9 @@ class SearchOptions:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
-        if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(".skops"):
-            raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a .skops model file")
+        if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(MODEL_FILES):
+            raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a model file (.npz, "
+                            ".skops)")
         if isinstance(self.compile_ranked, bool) or not isinstance(self.compile_ranked, int) or self.compile_ranked < 0:
             raise SpecError(f"compile_ranked must be a whole number of plans (0: none), got {self.compile_ranked!r}")
         if not isinstance(self.library, bool):
@@ -107,12 +109,12 @@ def _cost_model(choice: str) -> Any:
         return None  # no shipped model: do not pay scikit-learn's import on every search
     from fusionsearch.costmodel.learned import load, load_default
 
-    if choice.endswith(".skops"):
+    if choice.endswith(MODEL_FILES):
         return load(choice)
     model = load_default()
     if model is None and choice == "learned":
         raise FusionSearchError("no shipped learned cost model matches this device; train one "
-                                "(fusionsearch costmodel collect/train) and pass its .skops file")
+                                "(fusionsearch costmodel collect/train) and pass its file")
     return model
 
 
