@@ -401,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-bytes-rule", action="store_true", help="let measurement decide every prologue")
     p.add_argument("--out", default=None, help="write plan.json, the exported kernels and report.md here")
     p.add_argument("--cost-model", default="auto",
-                   help="auto (learned model when one matches this GPU), analytic, learned, or a .skops file")
+                   help="auto (learned model when one matches this GPU), analytic, learned, or a model file "
+                        "(.npz, .skops)")
     p.add_argument("--refit-every", type=int, default=4,
                    help="on the GPU, correct the learned model on this search's measured kernels every N measured "
                         "plans (default 4; 0 never)")

@@ -195,3 +195,41 @@ def test_run_in_a_fresh_process_switches_the_interpreter_on_itself(saved: Path) 
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ok: rel error" in proc.stdout and "on cpu (Triton's interpreter)" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_run_on_a_gpu_validates_then_times(saved: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU path with the GPU stood in for (no GPU in CI): validated first, then timed by measure.benchmark,
+    and both figures printed with the GPU's name."""
+    import importlib
+
+    import torch
+
+    from fusionsearch.measure.bench import Timing
+
+    calls: list[str] = []
+    V = importlib.import_module("fusionsearch.measure.validate")
+    B = importlib.import_module("fusionsearch.measure.bench")
+    R = importlib.import_module("fusionsearch.graph.reference")
+    real_inputs = R.random_inputs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(R, "random_inputs", lambda g, seed=0, device="cpu": (calls.append(f"inputs {device}"),
+                                                                              real_inputs(g, seed))[1])
+    monkeypatch.setattr(V, "validate", lambda *a, **k: (calls.append("validate"), Validation(True, 3e-7))[1])
+    monkeypatch.setattr(B, "benchmark", lambda *a, **k: (calls.append("benchmark"), Timing(12.25, 12.0, 12.5))[1])
+    assert main(["run", str(saved)]) == 0  # auto: the gpu backend where a GPU is
+    out = capsys.readouterr().out.splitlines()
+    assert calls == ["inputs cuda", "validate", "benchmark"]
+    assert out[1] == "ok: rel error 3e-07 against the float64 reference (tolerance 1e-05), on NVIDIA H100 80GB HBM3"
+    assert out[2] == "time: 12.2 us median (p20 12.0, p80 12.5) on NVIDIA H100 80GB HBM3"
+
+
+def test_the_hardware_words_say_measured_or_whose_profile() -> None:
+    from fusionsearch.search.facts import hardware_words
+
+    assert hardware_words("gpu", "NVIDIA H100 80GB HBM3") == "measured on NVIDIA H100 80GB HBM3"
+    assert hardware_words("model", "NVIDIA H200", gpu_here=False) == \
+        "estimated for NVIDIA H200 (the cost model's hardware profile; this machine has no GPU)"
+    assert hardware_words("interpret", "NVIDIA H100", gpu_here=True) == \
+        "estimated for NVIDIA H100 (the cost model's profile of this machine's GPU)"
