@@ -21,6 +21,7 @@ import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.errors import FusionSearchError, SpecError
 from fusionsearch.graph.shrink import shrink
+from fusionsearch.search import identity as I
 from fusionsearch.search import study as S
 from fusionsearch.search.plan import Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search.result import TuneResult
@@ -241,7 +242,8 @@ def test_max_configs_gives_the_study_a_small_space() -> None:
 
 WORKER = textwrap.dedent("""
     import os, sys, time
-    from fusionsearch.search import study as S
+    from fusionsearch.search import identity as I
+from fusionsearch.search import study as S
     import fusionsearch as fs
 
     _suggest = S.Objective.suggest
@@ -560,7 +562,8 @@ def test_a_journal_study_is_resumable_too(tmp_path: Path) -> None:
 
 KILLED_WORKER = textwrap.dedent("""
     import os, sys, time
-    from fusionsearch.search import study as S
+    from fusionsearch.search import identity as I
+from fusionsearch.search import study as S
     import fusionsearch as fs
 
     _suggest = S.Objective.suggest
@@ -663,14 +666,14 @@ def test_another_cost_model_is_refused_where_it_gives_the_trials_values() -> Non
     g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
     space = enumerate_space(g, None, 4)
     for backend in ("model", "interpret", "gpu"):
-        recorded = S.study_identity(g, "", space, backend, "analytic", fs.costmodel.H200)
-        now = S.study_identity(g, "", space, backend, "learned (NVIDIA H200)", fs.costmodel.H200)
-        S.check_identity("s", "", recorded, recorded)
+        recorded = I.study_identity(g, "", space, backend, "analytic", fs.costmodel.H200)
+        now = I.study_identity(g, "", space, backend, "learned (NVIDIA H200)", fs.costmodel.H200)
+        I.check_identity("s", "", recorded, recorded)
         if backend == "gpu":
-            S.check_identity("s", "", recorded, now)
+            I.check_identity("s", "", recorded, now)
         else:
             with pytest.raises(SpecError, match="the analytic cost model, this search has the learned"):
-                S.check_identity("s", "", recorded, now)
+                I.check_identity("s", "", recorded, now)
 
 
 def test_a_study_made_before_studies_recorded_their_search_is_resumed(tmp_path: Path) -> None:
