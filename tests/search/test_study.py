@@ -242,8 +242,7 @@ def test_max_configs_gives_the_study_a_small_space() -> None:
 
 WORKER = textwrap.dedent("""
     import os, sys, time
-    from fusionsearch.search import identity as I
-from fusionsearch.search import study as S
+    from fusionsearch.search import study as S
     import fusionsearch as fs
 
     _suggest = S.Objective.suggest
@@ -562,8 +561,7 @@ def test_a_journal_study_is_resumable_too(tmp_path: Path) -> None:
 
 KILLED_WORKER = textwrap.dedent("""
     import os, sys, time
-    from fusionsearch.search import identity as I
-from fusionsearch.search import study as S
+    from fusionsearch.search import study as S
     import fusionsearch as fs
 
     _suggest = S.Objective.suggest
