@@ -12,9 +12,22 @@ import networkx as nx
 import torch
 
 from fusionsearch.errors import GraphError
-from fusionsearch.graph.registry import Attrs, InputInfo, OpDef, Shape, dtype_from_name, dtype_name, get_op
+from fusionsearch.graph.registry import (
+    INT64_MAX,
+    Attrs,
+    InputInfo,
+    OpDef,
+    Shape,
+    dtype_from_name,
+    dtype_name,
+    get_op,
+    is_utf8,
+    json_problem,
+    printable,
+    show,
+)
 
-_JSON_SCALARS = (bool, int, float, str, type(None))
+MAX_RANK = 16  # more dims than any model uses; torch's TensorIterator stops at 25
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -26,18 +39,37 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _check_json(value: object, where: str) -> None:
-    if isinstance(value, _JSON_SCALARS):
-        return
-    if isinstance(value, list | tuple):
-        for v in value:
-            _check_json(v, where)
-        return
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        for v in value.values():
-            _check_json(v, where)
-        return
-    raise GraphError(f"{where}: attribute value {value!r} is not a JSON value (number, string, bool, list, object)")
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_shape(shape: object, dtype: torch.dtype, what: str) -> tuple[int, ...]:
+    """`shape` as a tuple of sizes, or a GraphError: every size a non-negative integer, at most MAX_RANK dims, and
+    its bytes within int64 (torch's limit), all checked before anything is allocated. Size-0 dims are refused
+    where they would matter: at a matmul (`add`) and in a finished graph (`set_outputs`)."""
+    if not isinstance(shape, list | tuple) or not all(_is_int(s) and s >= 0 for s in shape):
+        raise GraphError(f"{what}: shape must be a list of positive integers, got {show(shape)}")
+    if len(shape) > MAX_RANK:
+        raise GraphError(f"{what}: shape has {len(shape)} dims; at most {MAX_RANK} are supported")
+    if math.prod(shape) * dtype.itemsize > INT64_MAX:
+        raise GraphError(f"{what}: shape {show(list(shape))} of {dtype_name(dtype)} holds more bytes than int64 "
+                         "counts (torch's limit)")
+    return tuple(shape)
+
+
+def empty_reason(node: Node) -> str | None:
+    """A sentence when `node` holds no elements: nothing to tune, and a division by zero in every per-element cost."""
+    if 0 not in node.shape:
+        return None
+    return f"{node.name!r} has shape {list(node.shape)} with a size-0 dim; fusionsearch tunes non-empty tensors only"
+
+
+def _check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"{what} must be a non-empty string, got {show(name)}")
+    if not is_utf8(name):
+        raise GraphError(f"{what} {show(name)} is not valid Unicode (it holds a lone surrogate); rename it")
+    return name
 
 
 def _frozen_attrs(attrs: Attrs) -> Attrs:
@@ -95,8 +127,7 @@ class OpGraph:
                 return name
 
     def _check_name(self, name: object) -> str:
-        if not isinstance(name, str) or not name:
-            raise GraphError(f"node names must be non-empty strings, got {name!r}")
+        name = _check_name(name, "a node name")
         if name in self.nx:
             raise GraphError(f"duplicate node name {name!r}; every node needs its own name")
         return name
@@ -105,20 +136,29 @@ class OpGraph:
               strides: Sequence[int] | None = None) -> str:
         """Add a graph input; strides (elements) default to row-major."""
         name = self._check_name(name)
-        if not isinstance(shape, list | tuple) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                          for s in shape):
-            raise GraphError(f"input {name!r}: shape must be a list of non-negative integers, got {shape!r}")
         dt = dtype_from_name(dtype, f"input {name!r}")
+        shape = check_shape(shape, dt, f"input {name!r}")
+        if strides is not None and not isinstance(strides, list | tuple):
+            raise GraphError(f"input {name!r}: strides must be a list of integers, got {show(strides)}")
         st = tuple(strides) if strides is not None else contiguous_strides(shape)
-        if len(st) != len(shape) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in st):
-            raise GraphError(f"input {name!r}: strides {list(st)} do not match shape {list(shape)}")
-        self.nx.add_node(name, node=Node(name, "input", (), {}, tuple(shape), dt, st))
+        if len(st) != len(shape) or not all(_is_int(s) and 0 <= s <= INT64_MAX for s in st):
+            raise GraphError(f"input {name!r}: strides {show(list(st))} do not match shape {list(shape)}")
+        span = 1 + sum((size - 1) * stride for size, stride in zip(shape, st, strict=True))
+        if span * dt.itemsize > INT64_MAX:
+            raise GraphError(f"input {name!r}: strides {list(st)} reach past int64 bytes")
+        self.nx.add_node(name, node=Node(name, "input", (), {}, shape, dt, st))
         self._topo = None
         return name
 
-    def add(self, op: str, inputs: Sequence[str], name: str | None = None, **attrs: Any) -> str:
+    def add(self, op: str, inputs: Sequence[str], /, name: str | None = None, **attrs: Any) -> str:
         """Add an op node over existing nodes; returns its name. Shape and dtype follow the registry."""
-        where = f"node {name!r}: " if name else f"{op} node: "
+        return self.add_op(op, inputs, attrs, name)
+
+    def add_op(self, op: str, inputs: Sequence[str], attrs: Attrs, name: str | None = None) -> str:
+        """`add` with the attributes as one mapping, so that any key (even 'name', 'op' or 'inputs', which are
+        `add`'s own arguments) is an attribute: the spec loader builds nodes this way."""
+        label = printable(op) if isinstance(op, str) else show(op)
+        where = f"node {show(name)}: " if name is not None else f"{label} node: "
         opdef = get_op(op, where)
         if opdef.kind == "input":
             raise GraphError(f"{where}use OpGraph.input() for graph inputs")
@@ -130,20 +170,30 @@ class OpGraph:
         if not lo <= len(inputs) <= hi:
             raise GraphError(f"{where}takes {lo}{'' if lo == hi else f' to {hi}'} tensor inputs, got {len(inputs)}")
         for src in inputs:
-            if src not in self.nx:
-                raise GraphError(f"{where}input {src!r} is not a node of the graph (dangling input); add it first")
-        _check_json(attrs, where.rstrip(": "))
+            if not isinstance(src, str) or src not in self.nx:
+                raise GraphError(f"{where}input {show(src)} is not a node of the graph (dangling input); add it first")
+        if not isinstance(attrs, dict):
+            raise GraphError(f"{where}attributes must be a mapping of names to JSON values, got {show(attrs)}")
+        problem = json_problem(attrs)
+        if problem:
+            raise GraphError(f"{where}bad attribute value: {problem}")
         attrs = _frozen_attrs(attrs)
         infos = [InputInfo(s, self.node(s).shape, self.node(s).dtype) for s in inputs]
         try:
             if opdef.attrs_check:
                 opdef.attrs_check(attrs)
-            shape = tuple(int(v) for v in opdef.shape_rule(infos, attrs))
+            shape = tuple(opdef.shape_rule(infos, attrs))
             dtype = opdef.dtype_rule(infos, attrs)
+            shape = check_shape(shape, dtype, "result")
+            if opdef.kind == "template" and 0 in (*shape, *(d for i in infos for d in i.shape)):
+                sizes = ", ".join(f"{printable(i.name)} {list(i.shape)}" for i in infos)
+                raise GraphError(f"a matmul over {sizes} has a size-0 dim: nothing to multiply or tune")
         except GraphError as e:
             raise GraphError(f"{where}{e}") from None
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise GraphError(f"{where}bad attributes {attrs}: {e}") from None
+        except (KeyError, TypeError, ValueError, IndexError, ArithmeticError, RuntimeError) as e:
+            # A rule tripping over attributes it did not expect: the attributes are what to fix.
+            reason = printable(str(e).strip().split("\n")[0][:200])
+            raise GraphError(f"{where}bad attributes {show(attrs)}: {type(e).__name__}: {reason}") from None
         self.nx.add_node(name, node=Node(name, op, tuple(inputs), attrs, shape, dtype, contiguous_strides(shape)))
         self._topo = None
         for slot, src in enumerate(inputs):
@@ -154,12 +204,16 @@ class OpGraph:
         return name
 
     def set_outputs(self, outputs: Sequence[str]) -> None:
-        """Mark the graph's results, in order."""
-        if not outputs:
-            raise GraphError("a graph needs at least one output")
+        """Mark the graph's results, in order: the graph is finished, so it must hold no empty tensor."""
+        if not isinstance(outputs, list | tuple) or not outputs:
+            raise GraphError(f"a graph needs at least one output (a list of node names), got {show(outputs)}")
         for o in outputs:
-            if o not in self.nx:
-                raise GraphError(f"output {o!r} is not a node of the graph")
+            if not isinstance(o, str) or o not in self.nx:
+                raise GraphError(f"output {show(o)} is not a node of the graph")
+        for n in self.nx.nodes:
+            problem = empty_reason(self.node(n))
+            if problem:
+                raise GraphError(problem)
         self.outputs = list(outputs)
 
     # ---- reading -------------------------------------------------------------------------------
@@ -203,7 +257,8 @@ class OpGraph:
         """Check the whole graph: acyclic, outputs set, every node's shape/dtype still what its rule says."""
         if not nx.is_directed_acyclic_graph(self.nx):
             cycle = nx.find_cycle(self.nx)
-            raise GraphError(f"the graph has a cycle through {' -> '.join(u for u, _ in cycle)}; remove one edge")
+            raise GraphError(f"the graph has a cycle through {' -> '.join(printable(u) for u, _ in cycle)}; "
+                             "remove one edge")
         if not self.outputs:
             raise GraphError("the graph has no outputs; list them under 'outputs'")
         return self
@@ -232,6 +287,8 @@ class OpGraph:
         """True when the graphs are isomorphic: same ops, attrs, shapes, dtypes and input slots (names aside)."""
         if len(self) != len(other) or len(self.outputs) != len(other.outputs):
             return False
+        if self.signature() == other.signature():  # the common case, linear; isomorphism search is not
+            return True
 
         def key(g: OpGraph, n: str) -> tuple[Any, ...]:
             node = g.node(n)

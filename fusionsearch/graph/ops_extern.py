@@ -1,7 +1,8 @@
 """Extern ops: anything not fused (reductions, softmax, norms) kept in the graph and run by PyTorch's aten op.
 
 A node holds the aten target by name ('aten.softmax.int') and its arguments as JSON values, tensors as
-{"input": slot}; shape and dtype come from running the op on meta tensors, so any aten op works."""
+{"input": slot}; shape and dtype come from running the op on fake tensors (torch's FakeTensorMode: shapes and
+dtypes, no data), so any aten op works and none allocates at load, a factory (aten.full) included."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ from typing import Any
 import torch
 
 from fusionsearch.errors import GraphError
-from fusionsearch.graph.registry import Attrs, InputInfo, OpDef, Shape, dtype_from_name, dtype_name, register
+from fusionsearch.graph.registry import (
+    Attrs,
+    InputInfo,
+    OpDef,
+    Shape,
+    dtype_from_name,
+    dtype_name,
+    printable,
+    register,
+    show,
+)
 
 _TARGET = re.compile(r"^aten\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
@@ -20,7 +31,7 @@ _TARGET = re.compile(r"^aten\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$
 def resolve_target(target: object) -> torch._ops.OpOverload | torch._ops.OpOverloadPacket:
     """The aten op named by `target`; looked up by attribute, never evaluated."""
     if not isinstance(target, str) or not _TARGET.match(target):
-        raise GraphError(f"extern attr 'target' must name an aten op like 'aten.softmax.int', got {target!r}")
+        raise GraphError(f"extern attr 'target' must name an aten op like 'aten.softmax.int', got {show(target)}")
     parts = target.split(".")[1:]
     op: Any = torch.ops.aten
     try:
@@ -47,11 +58,13 @@ def encode_arg(value: object) -> object:
 def decode_arg(value: object, tensors: Sequence[Any]) -> object:
     """The inverse of encode_arg, with {"input": slot} replaced by the slot's tensor."""
     if isinstance(value, dict):
-        if set(value) == {"input"} and isinstance(value["input"], int) and 0 <= value["input"] < len(tensors):
-            return tensors[value["input"]]
+        slot = value.get("input")
+        if set(value) == {"input"} and type(slot) is int and 0 <= slot < len(tensors):
+            return tensors[slot]
         if set(value) == {"dtype"}:
             return dtype_from_name(value["dtype"], "extern argument")
-        raise GraphError(f"extern argument {value!r} is neither {{'input': slot}} nor {{'dtype': name}}")
+        raise GraphError(f"extern argument {show(value)} is neither {{'input': slot}} (a slot of its {len(tensors)} "
+                         "inputs) nor {'dtype': name}")
     if isinstance(value, list):
         return [decode_arg(v, tensors) for v in value]
     return value
@@ -63,22 +76,33 @@ def _call(tensors: Sequence[Any], attrs: Attrs) -> Any:
     kwargs = attrs.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise GraphError("extern attrs 'args' must be a list and 'kwargs' an object")
+    index = attrs.get("output_index", 0)
+    if type(index) is not int:
+        raise GraphError(f"extern attr 'output_index' must be an integer, got {show(index)}")
     out = op(*decode_arg(args, tensors), **{k: decode_arg(v, tensors) for k, v in kwargs.items()})  # type: ignore[arg-type]
     if isinstance(out, tuple | list):
-        out = out[int(attrs.get("output_index", 0))]
+        if not 0 <= index < len(out):
+            raise GraphError(f"extern attr 'output_index' {index} is out of range: the op returns {len(out)} values")
+        out = out[index]
     return out
 
 
 def _meta(ins: Sequence[InputInfo], attrs: Attrs) -> torch.Tensor:
-    tensors = [torch.empty(i.shape, dtype=i.dtype, device="meta") for i in ins]
+    """The op's result on fake tensors: shape and dtype as eager PyTorch gives them, no memory touched. Fallback
+    kernels (real kernels run on zeros where an op has no fake rule) are off, so nothing is ever allocated."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     try:
-        out = _call(tensors, attrs)
+        with FakeTensorMode(allow_fallback_kernels=False):
+            tensors = [torch.empty(i.shape, dtype=i.dtype) for i in ins]
+            out = _call(tensors, attrs)
     except GraphError:
         raise
     except Exception as e:  # an aten op refusing its arguments: report it as the graph's error
+        reason = next(iter(str(e).strip().splitlines()), "") or type(e).__name__
         raise GraphError(f"extern {attrs.get('target')} rejects its inputs "
-                         f"{', '.join(f'{i.name} {list(i.shape)} {i.dtype}' for i in ins)}: "
-                         f"{str(e).splitlines()[0]}") from None
+                         f"{', '.join(f'{printable(i.name)} {list(i.shape)} {i.dtype}' for i in ins)}: "
+                         f"{printable(reason[:300])}") from None
     if not isinstance(out, torch.Tensor):
         raise GraphError(f"extern {attrs.get('target')} does not return a tensor")
     return out

@@ -210,7 +210,7 @@ BAD_SPECS: list[tuple[str, Any, type[Exception], list[str]]] = [
     ("dtype_not_string", _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": 32}, _base()["inputs"][1]]),
      SpecError, ["input 'x'", "field 'dtype' must be a str"]),
     ("negative_size", _edit(inputs=[{"name": "x", "shape": [2, -3], "dtype": "float32"}, _base()["inputs"][1]]),
-     GraphError, ["input 'x'", "non-negative integers", "[2, -3]"]),
+     GraphError, ["input 'x'", "positive integers", "[2, -3]"]),
     ("strides_do_not_match",
      _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "float32", "strides": [1]}, _base()["inputs"][1]]),
      GraphError, ["input 'x'", "strides [1] do not match shape [2, 3]"]),
@@ -228,6 +228,49 @@ BAD_SPECS: list[tuple[str, Any, type[Exception], list[str]]] = [
      ["node 'q' (relu)", "takes 1 tensor inputs, got 2"]),
     ("output_not_a_node", _edit(outputs=["z", "nope"]), SpecError, ["output 'nope' is not a node"]),
     ("no_outputs", _edit(outputs=[]), SpecError, ["at least one output"]),
+    # Issue 24: bad input that ended in a traceback, or was accepted.
+    ("version_true", _edit(version=True), SpecError, ["spec version True is not supported"]),
+    ("version_float", _edit(version=1.0), SpecError, ["spec version 1.0 is not supported"]),
+    ("zero_size_input", _edit(inputs=[{"name": "x", "shape": [2, 0], "dtype": "float32"}, _base()["inputs"][1]]),
+     GraphError, ["input 'x' has shape [2, 0] with a size-0 dim; fusionsearch tunes non-empty tensors only"]),
+    ("zero_size_matmul",
+     {"inputs": [{"name": "x", "shape": [2, 0], "dtype": "float32"},
+                 {"name": "w", "shape": [0, 4], "dtype": "float32"}],
+      "nodes": [{"name": "y", "op": "mm", "inputs": ["x", "w"]}], "outputs": ["y"]}, GraphError,
+     ["input 'x' has shape [2, 0] with a size-0 dim"]),
+    ("zero_size_result", _edit(nodes=_nodes({"name": "q", "op": "slice", "inputs": ["z"],
+                                             "attrs": {"dim": 1, "start": 2, "end": 2}})), GraphError,
+     ["node 'q' has shape [2, 0] with a size-0 dim"]),
+    ("size_beyond_int64", _edit(inputs=[{"name": "x", "shape": [2, 2**64], "dtype": "float32"},
+                                        _base()["inputs"][1]]), SpecError,
+     ["at inputs[0].shape[1]: the integer 18446744073709551616 is outside int64"]),
+    ("bytes_beyond_int64", _edit(inputs=[{"name": "x", "shape": [2**40, 2**40], "dtype": "float32"},
+                                         _base()["inputs"][1]]), GraphError,
+     ["input 'x'", "more bytes than int64"]),
+    ("expand_beyond_int64", _edit(nodes=_nodes({"name": "q", "op": "expand", "inputs": ["z"],
+                                                "attrs": {"shape": [2**62, 2**62, 2, 4]}})), GraphError,
+     ["node 'q' (expand)", "more bytes than int64"]),
+    ("too_many_dims", _edit(inputs=[{"name": "x", "shape": [1] * 17, "dtype": "float32"}, _base()["inputs"][1]]),
+     GraphError, ["input 'x'", "17 dims; at most 16"]),
+    ("float_size", _edit(inputs=[{"name": "x", "shape": [2, 3.0], "dtype": "float32"}, _base()["inputs"][1]]),
+     GraphError, ["input 'x'", "positive integers", "[2, 3.0]"]),
+    ("scalar_beyond_int64", _edit(nodes=_nodes({"name": "q", "op": "add", "inputs": ["z"],
+                                                "attrs": {"scalar": -2**63 - 1}})), SpecError,
+     ["at nodes[2].attrs.scalar: the integer -9223372036854775809 is outside int64"]),
+    ("deep_attrs", _edit(nodes=_nodes({"name": "q", "op": "relu", "inputs": ["z"],
+                                       "attrs": {"deep": json.loads("[" * 40 + "]" * 40)}})), SpecError,
+     ["at nodes[2].attrs.deep[0]", "nested more than 32 levels deep"]),
+    ("surrogate_name", _edit(nodes=_nodes({"name": "q\ud800", "op": "relu", "inputs": ["z"]})), SpecError,
+     ["at nodes[2].name: the string 'q\\ud800' is not valid Unicode"]),
+    ("output_not_a_string", _edit(outputs=[["z"]]), SpecError, ["output ['z'] is not a node"]),
+    ("node_input_not_a_string", _edit(nodes=_nodes({"name": "q", "op": "relu", "inputs": [["z"]]})), GraphError,
+     ["node 'q' (relu)", "input ['z'] is not a node"]),
+    ("unknown_input_field", _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "float32", "stride": [3, 1]},
+                                          _base()["inputs"][1]]), SpecError,
+     ["input 'x'", "unknown field(s) ['stride']"]),
+    ("cycle_with_odd_names", _edit(nodes=_nodes({"name": "a\nb", "op": "relu", "inputs": ["c"]},
+                                                {"name": "c", "op": "relu", "inputs": ["a\nb"]}), outputs=["c"]),
+     GraphError, ["cycle a\\nb -> c -> a\\nb"]),
 ]
 
 
@@ -239,6 +282,122 @@ def test_bad_spec_is_refused_with_a_useful_message(spec: Any, kind: type[Excepti
     for fragment in fragments:
         assert fragment in msg, f"{fragment!r} missing from: {msg}"
     assert "\n" not in msg  # one line, as the CLI prints it
+
+
+# ---- issue 24: input that once ended in a traceback --------------------------------------------------
+
+def test_attrs_named_like_the_add_arguments_are_plain_attributes(tmp_path: Path) -> None:
+    """'name', 'op' and 'inputs' in a node's attrs collided with OpGraph.add's own arguments (a TypeError)."""
+    attrs = {"name": "n", "op": "add", "inputs": ["w"], "approximate": "tanh"}
+    g = load_graph(_write(tmp_path, _edit(nodes=_nodes({"name": "q", "op": "gelu", "inputs": ["z"], "attrs": attrs}),
+                                          outputs=["q"])))
+    assert g.node("q").attrs == attrs and g.node("q").inputs == ("z",) and g.node("q").op == "gelu"
+    assert _save_load(g, tmp_path / "again.json").to_dict() == g.to_dict()
+    h = OpGraph()
+    x = h.input("x", (2, 3), "float32")
+    assert h.node(h.add("gelu", [x], op="add", inputs=["x"])).attrs == {"op": "add", "inputs": ["x"]}
+    assert h.node(h.add_op("relu", [x], {"name": "r"}, name="named")).attrs == {"name": "r"}
+
+
+def test_an_empty_matmul_or_graph_is_refused_before_the_cost_model_divides_by_zero() -> None:
+    g = OpGraph()
+    x, w = g.input("x", (2, 0), "float32"), g.input("w", (0, 4), "float32")
+    with pytest.raises(GraphError, match=r"^node 'y' \(mm\): a matmul over x \[2, 0\], w \[0, 4\] has a size-0 dim"):
+        g.add("mm", [x, w], name="y")
+    r = g.add("relu", [x], name="r")  # shape rules handle size 0 as torch does; a finished graph may not hold it
+    assert g.node(r).shape == (2, 0)
+    with pytest.raises(GraphError, match=r"^'x' has shape \[2, 0\] with a size-0 dim"):
+        g.set_outputs([r])
+    assert g.outputs == []
+
+
+@pytest.mark.parametrize("depth", [40, 5_000, 200_000])
+def test_deeply_nested_json_is_refused_before_any_recursion(depth: int, tmp_path: Path) -> None:
+    text = '{"inputs": [], "nodes": [], "outputs": ["x"], "version": ' + "[" * depth + "]" * depth + "}"
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecError, match=r"nested (too deeply|more than 32 levels deep)") as err:
+        load_graph(path)
+    assert str(err.value).startswith(path) and "\n" not in str(err.value)
+
+
+def test_an_integer_past_pythons_digit_limit_is_a_spec_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{"inputs": [{"name": "x", "shape": [' + "9" * 5000 + '], "dtype": "float32"}]}')
+    with pytest.raises(SpecError, match=r"not valid JSON \(Exceeds the limit \(4300 digits\)"):
+        load_graph(path)
+    spec = _edit(inputs=[{"name": "x", "shape": [10**5000], "dtype": "float32"}, _base()["inputs"][1]])
+    with pytest.raises(SpecError, match=r"at inputs\[0\]\.shape\[0\]: the integer <an integer of 16610 bits> is "
+                                        "outside int64"):
+        graph_from_dict(spec)
+    g = OpGraph()
+    for i, bad in enumerate((10**5000, 2**64)):
+        with pytest.raises(GraphError, match=r"^input 'x': shape \[.*\] of float32 holds more bytes than int64"):
+            g.input("x", (bad,), "float32")
+        with pytest.raises(GraphError, match=r"node 'a' \(add\): bad attribute value: at scalar: the integer"):
+            g.add("add", [g.input(f"y{i}", (2,), "float32")], name="a", scalar=bad)
+
+
+def test_a_spec_that_is_not_utf8_is_a_spec_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.json"
+    path.write_bytes(json.dumps(_base()).replace('"z"', '"z\u00e9"').encode("latin-1")[:-1] + b"\xe9}")
+    with pytest.raises(SpecError, match=r"latin1\.json: not UTF-8 text \(byte 0xe9 at offset \d+\)"):
+        load_graph(str(path))
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(_base()).encode())
+    assert load_graph(str(bom)).outputs == ["z"]
+
+
+def test_a_node_name_with_a_lone_surrogate_is_refused(tmp_path: Path) -> None:
+    g = OpGraph()
+    with pytest.raises(GraphError, match=r"a node name 'x\\udc80' is not valid Unicode"):
+        g.input("x\udc80", (2,), "float32")
+    x = g.input("x", (2,), "float32")
+    with pytest.raises(GraphError, match="not valid Unicode"):
+        g.add("relu", [x], name="\ud800")
+    with pytest.raises(GraphError, match="not valid Unicode"):
+        g.add("gelu", [x], approximate="\ud800")
+
+
+def test_unreadable_or_unwritable_paths_are_spec_errors(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r": cannot read \("):
+        load_graph(str(tmp_path))  # a directory
+    g = load_graph(_write(tmp_path, _base()))
+    with pytest.raises(SpecError, match=r"cannot write the graph spec"):
+        g.save(str(tmp_path / "no" / "such" / "dir.json"))
+    with pytest.raises(SpecError, match=r"^x\\ny\.json: no such file$"):
+        load_graph("x\ny.json")
+
+
+def test_python_values_that_are_not_json_are_refused() -> None:
+    g = OpGraph()
+    x = g.input("x", (2,), "float32")
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    for attrs, message in (({"scalar": object()}, "of type object is not a JSON value"),
+                           ({"scalar": cyclic}, "nested more than 32 levels"),
+                           ({"table": {1: 2}}, "the key 1 is not a string")):
+        with pytest.raises(GraphError, match=message):
+            g.add("add", [x], **attrs)
+    with pytest.raises(GraphError, match=r"unknown op \['relu'\]"):
+        g.add(["relu"], [x])  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="at least one output"):
+        g.set_outputs("x")  # type: ignore[arg-type]
+
+
+def test_a_long_chain_listed_backwards_loads_without_recursion() -> None:
+    """The loader's cycle check and ordering once recursed once per node (a RecursionError at ~1,000)."""
+    g = OpGraph()
+    prev = g.input("x", (2, 3), "float32")
+    for i in range(5_000):
+        prev = g.add("relu" if i % 2 else "neg", [prev], name=f"n{i}")
+    g.set_outputs([prev])
+    spec = g.to_dict()
+    spec["nodes"].reverse()
+    back = graph_from_dict(spec)
+    assert back.to_dict() == g.to_dict() and back.same_structure(g)
+    spec["nodes"][-1]["inputs"] = ["n4999"]  # n0 reads n4999: a cycle through all 5,000 nodes, named in one line
+    with pytest.raises(GraphError, match=r"^spec: the graph has a cycle n4999 -> n0 -> n1 -> n2 -> \.\.\. "
+                                         r"\(4994 more\) -> n4997 -> n4998 -> n4999; a node cannot depend on itself$"):
+        graph_from_dict(spec)
 
 
 def test_graph_from_dict_names_its_source() -> None:
