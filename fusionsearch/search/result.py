@@ -143,11 +143,16 @@ class TuneResult:
         figures = ", ".join(f"trial {f['trial']} {f['first_us']:.1f} -> {f['final_us']:.1f}" for f in finals)
         return f" (the {len(finals)} fastest timed again side by side, first -> final us: {figures})"
 
+    def _hardware_words(self) -> str:
+        from fusionsearch.search.facts import hardware_words
+
+        return hardware_words(self.backend, getattr(self.hardware, "name", "?"))
+
     def report(self, path: str) -> str:
         """A markdown report (best plan, explain, trial table) with the study history as a PNG beside it
         when matplotlib is installed."""
         lines = [f"# fusionsearch report: study {self.study_name}", "",
-                 f"- backend: {self.backend}; hardware: {getattr(self.hardware, 'name', '?')}; cost model: "
+                 f"- backend: {self.backend}; {self._hardware_words()}; cost model: "
                  f"{self.cost_model}; sampler: {self.sampler or '?'}",
                  f"- best: {self.best_us:.2f} us{self._finalists_words()}",
                  f"- trials: {len(self.trials)} {self.counts()}", "",
