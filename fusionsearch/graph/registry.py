@@ -3,6 +3,7 @@ Triton expression and torch reference. Adding an op is one `register(OpDef(...))
 
 from __future__ import annotations
 
+import functools
 import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,6 +184,7 @@ def ops_of_kind(kind: str) -> list[str]:
     return sorted(n for n, op in REGISTRY.items() if op.kind == kind)
 
 
+@functools.cache  # once: get_op is called per node per check, and an import statement is not free
 def _load_all() -> None:
     # The op families register themselves on import; importing here keeps one entry point.
     from fusionsearch.graph import ops_extern, ops_pointwise, ops_structural  # noqa: F401

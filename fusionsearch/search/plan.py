@@ -7,16 +7,29 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 import networkx as nx
 
 from fusionsearch.errors import PlanError, SpecError
 from fusionsearch.graph.opgraph import Node, OpGraph
+from fusionsearch.graph.registry import json_problem, show
 
 PLAN_VERSION = 1
 FUSABLE = ("pointwise", "layout", "indexing")
+
+# Tile config bounds: the blocks the search and the code generator use (tl.dot needs at least 16), the warps of
+# one CTA (16 warps: 512 threads), pipeline stages that fit shared memory at the smallest blocks, and split-K
+# beyond which codegen clamps to one K block a split anyway.
+MIN_BLOCK, MAX_BLOCK = 16, 256
+MAX_WARPS, MAX_STAGES, MAX_GROUP_M, MAX_SPLIT_K = 16, 8, 64, 64
+# Shared memory per CTA (bytes) of the largest GPU plans are made for (H100/H200: 227 KiB opt-in); a caller with a
+# device in hand (costmodel.Hardware.shared_memory_bytes) passes its own figure.
+MAX_SHARED_MEMORY_BYTES = 232448
+# The longest chain of dependent nodes fused into one kernel: the code generator walks a fused chain recursively
+# (codegen/tile.py, three Python frames a node), so a chain of thousands would end in a RecursionError.
+MAX_FUSED_DEPTH = 128
 
 
 @dataclass(frozen=True)
@@ -32,15 +45,26 @@ class TileConfig:
     num_stages: int = 3
 
     def __post_init__(self) -> None:
-        for key, value in asdict(self).items():
+        for f in fields(self):
+            value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PlanError(f"tile config {key} must be a positive integer, got {value!r}")
+                raise PlanError(f"tile config {f.name} must be a positive integer, got {show(value)}")
         for key in ("block_m", "block_n", "block_k", "num_warps"):
             v = getattr(self, key)
             if v & (v - 1):
-                raise PlanError(f"tile config {key} must be a power of two, got {v}")
-        if min(self.block_m, self.block_n, self.block_k) < 16:
+                raise PlanError(f"tile config {key} must be a power of two, got {show(v)}")
+        if min(self.block_m, self.block_n, self.block_k) < MIN_BLOCK:
             raise PlanError("tile config block_m, block_n and block_k must be at least 16 (tl.dot's minimum)")
+        bounds = {"block_m": MAX_BLOCK, "block_n": MAX_BLOCK, "block_k": MAX_BLOCK, "num_warps": MAX_WARPS,
+                  "num_stages": MAX_STAGES, "group_m": MAX_GROUP_M, "split_k": MAX_SPLIT_K}
+        for key, most in bounds.items():
+            if getattr(self, key) > most:
+                raise PlanError(f"tile config {key} must be at most {most}, got {show(getattr(self, key))}")
+
+    def shared_memory_bytes(self, itemsize: int) -> int:
+        """Shared memory of the software pipeline (bytes): `num_stages` buffers of one A and one B tile of
+        `itemsize`-byte elements (what costmodel.analytic.smem_bytes counts, and Triton allocates)."""
+        return self.num_stages * (self.block_m * self.block_k + self.block_k * self.block_n) * itemsize
 
     def short(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} sk{self.split_k} "
@@ -142,9 +166,10 @@ class Plan:
         kernels = tuple(replace(k, config=cfg) if isinstance(k, TemplateKernel) else k for k in self.kernels)
         return Plan(self.graph, kernels, self.recompute)
 
-    def check(self) -> Plan:
-        """Raise PlanError unless the plan is legal for its graph; returns self."""
-        check_plan(self)
+    def check(self, shared_memory_bytes: int = MAX_SHARED_MEMORY_BYTES) -> Plan:
+        """Raise PlanError unless the plan is legal for its graph on a GPU with `shared_memory_bytes` per CTA;
+        returns self."""
+        check_plan(self, shared_memory_bytes)
         return self
 
     # ---- JSON ----------------------------------------------------------------------------------
@@ -163,20 +188,27 @@ class Plan:
         return json.dumps(self.to_dict(), indent=1)
 
     @staticmethod
-    def from_json(text: str, graph: OpGraph) -> Plan:
-        """Read a plan saved by `to_json` for `graph`; a SpecError or PlanError says what does not fit."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecError(f"plan: not valid JSON ({e.msg} at line {e.lineno})") from None
-        return Plan.from_dict(data, graph)
+    def from_json(text: str | bytes, graph: OpGraph, shared_memory_bytes: int = MAX_SHARED_MEMORY_BYTES) -> Plan:
+        """Read a plan saved by `to_json` for `graph` (text, or UTF-8 bytes); a SpecError or PlanError says what
+        does not fit, JSON nested too deeply or not UTF-8 included."""
+        from fusionsearch.graph.spec import parse_json
+
+        return Plan.from_dict(parse_json(text, "plan"), graph, shared_memory_bytes)
 
     @staticmethod
-    def from_dict(data: Any, graph: OpGraph) -> Plan:
+    def from_dict(data: Any, graph: OpGraph, shared_memory_bytes: int = MAX_SHARED_MEMORY_BYTES) -> Plan:
+        """The plan `to_dict` wrote, checked against `graph` and a GPU of `shared_memory_bytes` per CTA."""
         if not isinstance(data, dict) or not isinstance(data.get("kernels"), list):
             raise SpecError("plan: expected an object with a 'kernels' list")
-        if data.get("version", PLAN_VERSION) != PLAN_VERSION:
-            raise SpecError(f"plan: version {data.get('version')!r} is not supported (expected {PLAN_VERSION})")
+        problem = json_problem(data)  # before anything walks it: depth, int64, UTF-8
+        if problem:
+            raise SpecError(f"plan: {problem}")
+        version = data.get("version", PLAN_VERSION)
+        if type(version) is not int or version != PLAN_VERSION:  # true == 1 in Python, not in a plan
+            raise SpecError(f"plan: version {show(version)} is not supported (expected {PLAN_VERSION})")
+        unknown = set(data) - {"version", "graph", "kernels", "recompute"}
+        if unknown:
+            raise SpecError(f"plan: unknown field(s) {show(sorted(unknown))}")
         if "graph" in data and data["graph"] != graph.signature_hash():
             raise PlanError("plan: it was made for a different graph (signature differs); search this graph again")
         kernels: list[Kernel] = []
@@ -184,8 +216,8 @@ class Plan:
             kernels.append(_kernel_from_dict(d, f"plan kernel {i}"))
         recompute = data.get("recompute", [])
         if not isinstance(recompute, list) or not all(isinstance(r, str) for r in recompute):
-            raise SpecError("plan: 'recompute' must be a list of node names")
-        return Plan(graph, tuple(kernels), frozenset(recompute)).check()
+            raise SpecError(f"plan: 'recompute' must be a list of node names, got {show(recompute)}")
+        return Plan(graph, tuple(kernels), frozenset(recompute)).check(shared_memory_bytes)
 
     def describe(self) -> str:
         """One line per kernel."""
@@ -221,15 +253,23 @@ class Plan:
         return export_plan(self, directory, **options)
 
 
+_KERNEL_FIELDS = {"template": {"kind", "matmul", "prologue_a", "prologue_b", "epilogue", "config"},
+                  "pointwise": {"kind", "nodes"}, "extern": {"kind", "node"}, "library": {"kind", "matmul"}}
+
+
 def _kernel_from_dict(d: Any, where: str) -> Kernel:
     if not isinstance(d, dict):
         raise SpecError(f"{where}: must be an object")
     kind = d.get("kind")
+    # A misspelt key would otherwise be dropped silently, and the plan replayed would not be the plan written.
+    unknown = set(d) - _KERNEL_FIELDS[kind] if isinstance(kind, str) and kind in _KERNEL_FIELDS else set()
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {show(sorted(unknown))} for a {kind} kernel")
 
     def names(key: str) -> tuple[str, ...]:
         v = d.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise SpecError(f"{where}: {key!r} must be a list of node names")
+            raise SpecError(f"{where}: {key!r} must be a list of node names, got {show(v)}")
         return tuple(v)
 
     if kind == "template":
@@ -238,8 +278,11 @@ def _kernel_from_dict(d: Any, where: str) -> Kernel:
             raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
         if not isinstance(d.get("matmul"), str):
             raise SpecError(f"{where}: 'matmul' must be a node name")
-        return TemplateKernel(d["matmul"], names("prologue_a"), names("prologue_b"), names("epilogue"),
-                              TileConfig(**cfg))
+        try:
+            config = TileConfig(**cfg)
+        except PlanError as e:
+            raise PlanError(f"{where} ({d['matmul']!r}): {e}") from None
+        return TemplateKernel(d["matmul"], names("prologue_a"), names("prologue_b"), names("epilogue"), config)
     if kind == "pointwise":
         return PointwiseKernel(names("nodes"))
     if kind == "extern":
@@ -250,15 +293,19 @@ def _kernel_from_dict(d: Any, where: str) -> Kernel:
         if not isinstance(d.get("matmul"), str):
             raise SpecError(f"{where}: 'matmul' must be a node name")
         return LibraryKernel(d["matmul"])
-    raise SpecError(f"{where}: 'kind' must be template, library, pointwise or extern, got {kind!r}")
+    raise SpecError(f"{where}: 'kind' must be template, library, pointwise or extern, got {show(kind)}")
 
 
 # ---- legality ----------------------------------------------------------------------------------
 
-def check_plan(plan: Plan) -> None:
+def check_plan(plan: Plan, shared_memory_bytes: int = MAX_SHARED_MEMORY_BYTES) -> None:
     """Every node covered once (or recomputed by choice), dependencies computed first, fused sets mapping onto
-    their tiles. Raises PlanError naming the first problem."""
+    their tiles, each tile's pipeline within `shared_memory_bytes` (per CTA) and no fused chain longer than
+    MAX_FUSED_DEPTH. Raises PlanError naming the first problem."""
     g = plan.graph
+    for r in sorted(plan.recompute, key=show):
+        if not isinstance(r, str) or r not in g or g.node(r).op == "input":
+            raise PlanError(f"plan lists {show(r)} under 'recompute', which is not a node of the graph it computes")
     count: dict[str, int] = {}
     for k in plan.kernels:
         for n in k.nodes:
@@ -276,8 +323,13 @@ def check_plan(plan: Plan) -> None:
         if c > 1 and node.name not in plan.recompute:
             raise PlanError(f"node {node.name!r} is computed by {c} kernels; list it under 'recompute' to allow that")
     materialised = set(g.inputs)
+    order = {n: j for j, n in enumerate(g.topo_order())}
     for i, k in enumerate(plan.kernels):
         _check_kernel(g, k, i)
+        if isinstance(k, TemplateKernel):
+            _check_tile(g, k, i, shared_memory_bytes)
+        if len(k.nodes) > MAX_FUSED_DEPTH:
+            _check_depth(g, k, i, order)
         inside = set(k.nodes)
         for n in k.nodes:
             for src in g.node(n).inputs:
@@ -296,6 +348,27 @@ def check_plan(plan: Plan) -> None:
                     raise PlanError(f"kernel {i}: {n!r} is needed outside the kernel but its shape "
                                     f"{list(g.node(n).shape)} "
                                     f"is not the matmul's tile {list(shape)}; compute it in its own kernel")
+
+
+def _check_tile(g: OpGraph, k: TemplateKernel, i: int, shared_memory_bytes: int) -> None:
+    """The tile's pipeline fits the GPU's shared memory: Triton would compile it, then refuse to launch it."""
+    dtype = g.node(template_operands(g, k.matmul)["A"]).dtype
+    need = k.config.shared_memory_bytes(dtype.itemsize)
+    if need > shared_memory_bytes:
+        raise PlanError(f"kernel {i} ({k.matmul!r}): tile config {k.config.short()} needs {need} bytes of shared "
+                        f"memory for {str(dtype).removeprefix('torch.')} operands, more than the {shared_memory_bytes} "
+                        "the GPU has; use fewer stages or smaller blocks")
+
+
+def _check_depth(g: OpGraph, k: Kernel, i: int, order: Mapping[str, int]) -> None:
+    """No chain of dependent nodes inside one kernel longer than MAX_FUSED_DEPTH (see there why)."""
+    inside = set(k.nodes)
+    depth: dict[str, int] = {}
+    for n in sorted(inside, key=order.__getitem__):
+        depth[n] = 1 + max((depth[s] for s in g.node(n).inputs if s in depth), default=0)
+        if depth[n] > MAX_FUSED_DEPTH:
+            raise PlanError(f"kernel {i} fuses a chain of more than {MAX_FUSED_DEPTH} dependent nodes (up to {n!r}); "
+                            "split it into several kernels")
 
 
 def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
@@ -339,11 +412,12 @@ def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
                 raise PlanError(f"{where}: {n!r} does not feed operand {side} ({root!r}), so it cannot be its prologue")
     out_shape = mm.shape
     inside = set(k.epilogue)
+    after = nx.descendants(g.nx, k.matmul) if k.epilogue else set()  # once: linear in the graph, not per node
     for n in k.epilogue:
         node = g.node(n)
         if node.kind not in ("pointwise", "layout", "indexing"):
             raise PlanError(f"{where}: {n!r} ({node.op}) cannot be fused into a matmul epilogue")
-        downstream = k.matmul in nx.ancestors(g.nx, n)
+        downstream = n in after
         if downstream and node.shape != out_shape:
             raise PlanError(f"{where}: epilogue node {n!r} has shape {list(node.shape)}, "
                             f"the matmul's tile covers {list(out_shape)}")
@@ -514,14 +588,14 @@ def _fusable_ancestors(g: OpGraph, root: str, owner: str, taken: set[str]) -> li
 def _epilogue_candidates(g: OpGraph, mm: str, taken: set[str]) -> list[str]:
     """Pointwise nodes downstream of the matmul on its output tile, grown greedily."""
     out_shape = g.node(mm).shape
-    chosen: list[str] = []
+    chosen: dict[str, None] = {}  # ordered, with set lookups: linear in the graph
     for n in g.topo_order():
         node = g.node(n)
         if n in taken or node.kind != "pointwise" or node.shape != out_shape:
             continue
         if any(src == mm or src in chosen for src in node.inputs):
-            chosen.append(n)
-    return chosen
+            chosen[n] = None
+    return list(chosen)
 
 
 def fused_decisions(g: OpGraph, prologue_ok: Any = None) -> dict[str, Decision]:
@@ -529,13 +603,22 @@ def fused_decisions(g: OpGraph, prologue_ok: Any = None) -> dict[str, Decision]:
     decisions: dict[str, Decision] = {}
     taken: set[str] = set()
     for mm in g.nodes_of_kind("template"):
-        for n in _epilogue_candidates(g, mm, taken):
+        candidates = _epilogue_candidates(g, mm, taken)
+        left_out = set(candidates)
+        depth = {mm: 1}  # chain lengths inside this kernel: past MAX_FUSED_DEPTH a trial plan is not even built
+        for n in candidates:
+            d = 1 + max((depth[src] for src in g.node(n).inputs if src in depth), default=0)
+            # Reading a candidate left out makes a cycle (it reads the matmul, the matmul's kernel reads it).
+            if d > MAX_FUSED_DEPTH or any(src in left_out for src in g.node(n).inputs):
+                continue
             trial = {**decisions, n: ("epilogue", mm)}
             try:
                 build_plan(g, trial)
             except PlanError:
                 continue
             decisions, _ = trial, taken.add(n)
+            depth[n] = d
+            left_out.discard(n)
     for mm in g.nodes_of_kind("template"):
         for side, root in template_operands(g, mm).items():
             if side == "bias":

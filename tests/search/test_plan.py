@@ -3,9 +3,11 @@ and every kind of illegal plan refused with a PlanError that names the problem. 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
+from typing import Any
 
 import pytest
 import torch
@@ -348,10 +350,117 @@ def test_groups_build_one_pointwise_kernel() -> None:
     ({"group_m": -1}, "group_m must be a positive integer"),
     ({"num_stages": 2.0}, "num_stages must be a positive integer"),
     ({"block_m": True}, "block_m must be a positive integer"),
+    # Issue 24: beyond what any GPU or the code generator takes.
+    ({"block_m": 2**20}, "block_m must be at most 256, got 1048576"),
+    ({"block_k": 2**70}, "block_k must be at most 256, got 1180591620717411303424"),
+    ({"block_n": 512}, "block_n must be at most 256"),
+    ({"num_warps": 1024}, "num_warps must be at most 16, got 1024"),
+    ({"num_warps": 32}, "num_warps must be at most 16"),
+    ({"num_stages": 10**6}, "num_stages must be at most 8, got 1000000"),
+    ({"num_stages": 9}, "num_stages must be at most 8"),
+    ({"split_k": 10**9}, "split_k must be at most 64, got 1000000000"),
+    ({"group_m": 65}, "group_m must be at most 64"),
+    ({"num_stages": 10**5000}, "num_stages must be at most 8, got <an integer of 16610 bits>"),
+    ({"group_m": [[[[[[1]]]]]]}, "group_m must be a positive integer, got [[[[[...]]]]]"),
 ])
 def test_tile_config_refuses_bad_values(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(PlanError, match=re.escape(message)):
         TileConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_tile_config_bounds_admit_every_config_the_search_and_benchmarks_use() -> None:
+    from fusionsearch.search.space import KNOWN_GOOD_LARGE_M, KNOWN_GOOD_SMALL_M
+
+    for cfg in (*KNOWN_GOOD_SMALL_M, *KNOWN_GOOD_LARGE_M):
+        assert cfg.shared_memory_bytes(2) <= P.MAX_SHARED_MEMORY_BYTES
+    TileConfig(block_m=256, block_n=256, block_k=256, group_m=64, split_k=64, num_warps=16, num_stages=8)
+    TileConfig(block_m=16, block_n=16, block_k=16, group_m=1, split_k=1, num_warps=1, num_stages=1)
+
+
+def test_shared_memory_is_counted_as_the_analytic_model_counts_it() -> None:
+    from fusionsearch.costmodel.analytic import smem_bytes
+
+    for cfg in (TileConfig(), TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(16, 64, 256, 8, 2, 4, 5)):
+        for itemsize in (1, 2, 4):
+            assert cfg.shared_memory_bytes(itemsize) == smem_bytes(cfg, itemsize)
+
+
+def test_a_config_beyond_the_gpus_shared_memory_is_refused_naming_it() -> None:
+    g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=64, K=256, N=64)
+    big = TileConfig(block_m=128, block_n=128, block_k=128, num_stages=4)  # 4 * 32768 * 4 bytes = 512 KiB
+    data = json.loads(P.fully_fused(g).to_json())
+    data["kernels"][0]["config"] = dataclasses.asdict(big)
+    message = (r"kernel 0 \('y'\): tile config 128x128x128 g8 sk1 w4 s4 needs 524288 bytes of shared memory for "
+               r"float32 operands, more than the 232448 the GPU has")
+    with pytest.raises(PlanError, match=message):
+        Plan.from_json(json.dumps(data), g)
+    with pytest.raises(PlanError, match=message):
+        P.fully_fused(g).with_config(big).check()
+    fits_h200 = TileConfig(block_m=64, block_n=64, block_k=64, num_stages=6)  # 196608 bytes in fp32
+    data["kernels"][0]["config"] = dataclasses.asdict(fits_h200)
+    assert Plan.from_json(json.dumps(data), g).kernels[0].config == fits_h200
+    with pytest.raises(PlanError, match="more than the 101376 the GPU has"):  # a smaller GPU's own figure
+        Plan.from_json(json.dumps(data), g, shared_memory_bytes=101376)
+
+
+def test_unknown_names_in_recompute_are_refused() -> None:
+    g = fs.workload("w8_dequant_mm", dtype=torch.float16, **SMALL["w8_dequant_mm"])
+    data = json.loads(P.unfused(g).to_json())
+    for bad in (["ghost"], ["w"], ["w_dequant", "nope"]):  # not a node; a graph input; one good, one not
+        data["recompute"] = bad
+        with pytest.raises(PlanError, match=r"under 'recompute', which is not a node of the graph it computes"):
+            Plan.from_json(json.dumps(data), g)
+    with pytest.raises(PlanError, match="'ghost' under 'recompute'"):
+        Plan(g, P.unfused(g).kernels, frozenset({"ghost"})).check()
+
+
+@pytest.mark.parametrize(("text", "error", "message"), [
+    ('{"version": true, "kernels": []}', SpecError, "plan: version True is not supported"),
+    ('{"version": 1.0, "kernels": []}', SpecError, "plan: version 1.0 is not supported"),
+    ('{"kernels": [], "extra": 1}', SpecError, "plan: unknown field(s) ['extra']"),
+    ('{"kernels": [{"kind": "extern", "node": "w_dequant", "nodes": []}]}', SpecError,
+     "plan kernel 0: unknown field(s) ['nodes'] for a extern kernel"),
+    ('{"kernels": [' * 30 + "]}" * 30, SpecError, "nested more than 32 levels deep"),
+    ("[" * 100_000 + "]" * 100_000, SpecError, "plan: JSON nested too deeply"),
+    ('{"kernels": [{"kind": "template", "matmul": "y", "config": {"block_m": ' + "9" * 5000 + "}}]}", SpecError,
+     "plan: not valid JSON (Exceeds the limit (4300 digits)"),
+    ('{"kernels": [{"kind": "template", "matmul": "y", "config": {"split_k": 1e400}}]}', PlanError,
+     "split_k must be a positive integer, got inf"),
+    ('{"kernels": [{"kind": "template", "matmul": "y", "config": {"split_k": 18446744073709551616}}]}', SpecError,
+     "plan: at kernels[0].config.split_k: the integer 18446744073709551616 is outside int64"),
+    ('{"kernels": [{"kind": "pointwise", "nodes": ["\\ud800"]}]}', SpecError,
+     "plan: at kernels[0].nodes[0]: the string '\\ud800' is not valid Unicode"),
+    (b'{"kernels": [{"kind": "pointwise", "nodes": ["\xff"]}]}', SpecError,
+     "plan: not UTF-8 text (byte 0xff at offset 46)"),
+    (None, SpecError, "plan: expected JSON text, got NoneType"),
+])
+def test_plan_json_that_once_ended_in_a_traceback_or_was_accepted(text: Any, error: type[Exception],
+                                                                   message: str) -> None:
+    g = fs.workload("w8_dequant_mm", dtype=torch.float16, **SMALL["w8_dequant_mm"])
+    with pytest.raises(error) as err:
+        Plan.from_json(text, g)
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_fused_chain_the_code_generator_would_recurse_over_is_refused_and_the_heuristics_stop_short_of_it() -> None:
+    from fusionsearch.codegen.module import generate_module
+
+    g = OpGraph()
+    x, w = g.input("x", (4, 8), torch.float32), g.input("w", (8, 8), torch.float32)
+    prev = g.add("mm", [x, w], name="y")
+    chain = []
+    for i in range(300):
+        prev = g.add("relu" if i % 2 else "neg", [prev], name=f"n{i}")
+        chain.append(prev)
+    g.set_outputs([prev])
+    with pytest.raises(PlanError, match=rf"kernel 0 fuses a chain of more than {P.MAX_FUSED_DEPTH} dependent nodes"):
+        Plan(g, (TemplateKernel("y", epilogue=tuple(chain)),)).check()
+    with pytest.raises(PlanError, match="kernel 1 fuses a chain"):
+        Plan(g, (TemplateKernel("y"), PointwiseKernel(tuple(chain)))).check()
+    for plan in (P.fully_fused(g), P.heuristic(g)):
+        assert len(plan.kernels[0].nodes) == P.MAX_FUSED_DEPTH  # the matmul and 127 epilogue nodes
+        assert len(plan.kernels) == 1 + len(chain) - (P.MAX_FUSED_DEPTH - 1)
+    assert generate_module(P.fully_fused(g)).source
 
 
 def test_tile_config_is_a_hashable_value() -> None:
