@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fusionsearch.codegen.pointwise import XBLOCK as POINTWISE_BLOCK
 from fusionsearch.codegen.templates import problem
 from fusionsearch.costmodel.hardware import H200, Hardware
+from fusionsearch.errors import CostModelError
 from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.registry import get_op
 from fusionsearch.search.plan import (
@@ -28,8 +29,8 @@ from fusionsearch.search.plan import (
     template_operands,
 )
 
-__all__ = ["Estimate", "KernelEstimate", "ctas_per_sm", "estimate", "fits", "least_bytes", "matmul_flops",
-           "pointwise_work", "prologue_reads_ok", "smem_bytes"]
+__all__ = ["Estimate", "KernelEstimate", "check_hardware", "ctas_per_sm", "estimate", "fits", "least_bytes",
+           "matmul_flops", "pointwise_work", "prologue_reads_ok", "smem_bytes"]
 
 TRANSCENDENTAL_FLOPS = 8  # an op that calls libdevice (exp, erf, tanh, ...) costs several fp32 instructions
 POINTWISE_WARPS = 4
@@ -87,11 +88,23 @@ def estimate(plan: Plan, hw: Hardware = H200) -> Estimate:
     >>> estimate(P.fully_fused(g)).time_us < estimate(P.unfused(g)).time_us
     True
     """
+    check_hardware(hw)
     g = plan.graph
     stored = plan.stored()
     per = tuple(_kernel(g, k, i, stored[i], hw) for i, k in enumerate(plan.kernels))
     return Estimate(sum(e.bytes_read for e in per), sum(e.bytes_written for e in per), sum(e.flops for e in per),
                     sum(e.time_us for e in per), per)
+
+
+def check_hardware(hw: Hardware) -> None:
+    """A CostModelError unless every figure the model divides by is a positive finite number (a profile read from
+    a file may hold a 0)."""
+    figures = {"multiprocessors": hw.multiprocessors, "bandwidth_bytes_per_s": hw.bandwidth_bytes_per_s,
+               "shared_memory_bytes": hw.shared_memory_bytes,
+               **{f"peak_flops[{k!r}]": v for k, v in hw.peak_flops.items()}}
+    for name, value in figures.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise CostModelError(f"hardware profile {hw.name!r}: {name} must be a positive number, got {value!r}")
 
 
 def _kernel(g: OpGraph, k: Kernel, i: int, stored: set[str], hw: Hardware) -> KernelEstimate:
@@ -181,6 +194,7 @@ def _next_pow2(x: int) -> int:
 def fits(g: OpGraph, mm: str, cfg: TileConfig, hw: Hardware = H200) -> bool:
     """True when `cfg` can run matmul `mm` on `hw`: its pipeline fits shared memory, no block exceeds the
     problem padded to a power of two (min 16), and every split-K slice has at least one K block."""
+    check_hardware(hw)
     p = problem(g, mm)
     itemsize = g.node(template_operands(g, mm)["A"]).dtype.itemsize
     if smem_bytes(cfg, itemsize) > hw.shared_memory_bytes:
