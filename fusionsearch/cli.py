@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_costmodel_compile)
     p = cm_sub.add_parser("train", help="train a model on a measurements dataset; prints held-out figures")
     p.add_argument("data", help="measurements dataset (written by `costmodel collect`)")
-    p.add_argument("--out", required=True, help="model file to write (.skops)")
+    p.add_argument("--out", required=True, help="model file to write (.npz; a name ending .skops: a legacy skops file)")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds, whole graphs held out (default 5)")
     p.add_argument("--learning-rate", type=float, default=0.1, help="gradient boosting learning rate (default 0.1)")
     p.add_argument("--max-iter", type=int, default=300, help="boosting iterations (default 300)")

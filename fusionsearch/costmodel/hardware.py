@@ -14,7 +14,7 @@ from fusionsearch.graph.registry import dtype_name
 # The learned model shipped for the device it was trained on; the search only loads it (and scikit-learn)
 # when the file exists.
 DEFAULT_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "datasets", "data", "costmodel.skops")
+                                  "datasets", "data", "costmodel.npz")
 
 
 @dataclass(frozen=True)

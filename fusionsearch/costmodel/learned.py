@@ -13,22 +13,23 @@ dot on the FMA units, erratically by tile config, and learning them beside tenso
 16-bit graphs' rankings (the 16-bit graphs of 236 held out: pairwise 0.896 -> 0.902 with compiled figures,
 top-1 regret 0.069 -> 0.040 blind).
 
-Model files are skops archives: loading one never runs code from the file, and any type outside the short
-list a cost model holds refuses the file."""
+Model files are `.npz` archives of plain arrays (costmodel/trees.py) and one JSON record: loading one runs no
+code from the file, needs no pickle and no scikit-learn, and takes a fraction of a second where the skops archive
+it replaced took seconds. Files bounded in size, with every tree checked acyclic and in range, are the only ones
+read. Older skops archives still load (their list of trusted types refuses any other), and a path ending in
+.skops still writes one."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 import zipfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import skops.io
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.ensemble import HistGradientBoostingRegressor
-from sklearn.utils.validation import check_is_fitted
 
+from fusionsearch.costmodel import trees
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     COMPILED_FEATURES,
@@ -42,11 +43,17 @@ from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, Hardware
 from fusionsearch.errors import CostModelError
 from fusionsearch.search.plan import Plan
 
+if TYPE_CHECKING:  # scikit-learn is imported where a model is fitted or a legacy file read, not to predict
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
 __all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "CorrectedModel", "LearnedCostModel", "correct", "load",
            "load_default", "per_plan", "plan_time_us", "plan_times_us", "plans_matrix", "wide_templates",
            "without_compiled"]
 
 FILE_FORMAT = "fusionsearch-costmodel"
+FORMAT_VERSION = 1  # of the .npz files; a file of another version is refused
+LEGACY_SUFFIX = ".skops"  # a path ending so is written (and read) as a skops archive; every other path as .npz
+GROUPS = ("models", "compiled_models", "narrow_models", "narrow_compiled_models")  # the regressor lists saved
 
 
 # Beyond skops's built-in trusted types (builtins, numpy arrays, sklearn's loss objects), a saved model holds
@@ -57,14 +64,15 @@ _MIN_US = 1e-3  # floor of a time before its log is taken (µs)
 _COMPILED_COLUMNS = [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]
 
 
-class LearnedCostModel(RegressorMixin, BaseEstimator):
+class LearnedCostModel:
     """Predicts one kernel's time (µs) from its FEATURE_NAMES vector.
 
     Hyperparameters are those of the wrapped HistGradientBoostingRegressor; `baseline=True` learns a
     correction of the analytic roofline time (log ratio) instead of the log time itself; `n_bags` models each
     fit `bag_fraction` of the graphs (of the rows when fit is given no groups); n_bags=1 fits one on all;
     `width_split` fits a second set on the graphs without fp32-operand templates, which prices every kernel but
-    those templates (`wide_templates`).
+    those templates (`wide_templates`). It keeps scikit-learn's estimator contract (get_params, set_params,
+    clone, tags) without subclassing its BaseEstimator, so that a loaded model predicts without importing it.
 
     >>> import numpy as np
     >>> from fusionsearch.costmodel.features import FEATURE_NAMES
@@ -88,6 +96,46 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
         self.bag_fraction = bag_fraction
         self.width_split = width_split
         self.random_state = random_state
+
+    # ---- scikit-learn's estimator contract -------------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return sorted(name for name in inspect.signature(cls.__init__).parameters if name != "self")
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The hyperparameters, a JSON-able record (`deep` is scikit-learn's argument: nothing is nested)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> LearnedCostModel:
+        """Set hyperparameters by name; returns self."""
+        unknown = sorted(set(params) - set(self._param_names()))
+        if unknown:
+            raise CostModelError(f"unknown hyperparameters {unknown}; known: {', '.join(self._param_names())}")
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = LearnedCostModel().get_params()
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults.get(k)]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags of a regressor that accepts NaN features (read by its model-selection tools)."""
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True),
+                    regressor_tags=RegressorTags(), input_tags=InputTags(allow_nan=True))
+
+    def score(self, X: Any, y: Any) -> float:
+        """R² of the predicted times (µs) against measured times `y` (µs), as scikit-learn's regressors score."""
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(np.asarray(y, dtype=np.float64).ravel(), self.predict(X)))
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "models_"):
+            raise CostModelError("this cost model is not fitted: call fit, or load a saved model")
 
     # ---- fitting and predicting ----------------------------------------------------------------
     def fit(self, X: Any, y: Any, hardware: Hardware | dict[str, Any] | None = None,
@@ -125,7 +173,7 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:
         """Predicted kernel times (µs), one per feature row: templates with their compiled figures by the models
         that read them (when the training data had them), every other row by the models blind to them."""
-        check_is_fitted(self, "models_")
+        self._check_fitted()
         X = self._check_X(X)
         log_ratio = np.empty(len(X))
         wide = wide_templates(X) if getattr(self, "narrow_models_", None) else np.ones(len(X), dtype=bool)
@@ -148,6 +196,8 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
         return models, compiled
 
     def _regressor(self) -> HistGradientBoostingRegressor:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
         return HistGradientBoostingRegressor(
             learning_rate=self.learning_rate, max_iter=self.max_iter, max_leaf_nodes=self.max_leaf_nodes,
             min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
@@ -197,19 +247,30 @@ class LearnedCostModel(RegressorMixin, BaseEstimator):
 
     # ---- files ---------------------------------------------------------------------------------
     def save(self, path: str) -> str:
-        """Write the fitted model to `path` as a skops archive (no pickle); returns the path."""
-        check_is_fitted(self, "models_")
+        """Write the fitted model to `path`, an .npz of plain arrays (a .skops archive when the path ends so, for
+        fusionsearch versions before the .npz files); returns the path."""
+        self._check_fitted()
+        models = {name: list(getattr(self, f"{name}_", [])) for name in GROUPS}
         record = {"format": FILE_FORMAT, "schema_version": int(self.schema_version_),
-                  "feature_names": list(self.feature_names_), "hardware": self.hardware_,
-                  "params": self.get_params(), "models": list(self.models_),
-                  "compiled_models": list(getattr(self, "compiled_models_", [])),
-                  "narrow_models": list(getattr(self, "narrow_models_", [])),
-                  "narrow_compiled_models": list(getattr(self, "narrow_compiled_models_", []))}
+                  "feature_names": list(self.feature_names_), "hardware": self.hardware_, "params": self.get_params()}
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
-        skops.io.dump(record, tmp, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
+        if path.endswith(LEGACY_SUFFIX):
+            import skops.io
+
+            if any(isinstance(m, trees.Trees) for group in models.values() for m in group):
+                raise CostModelError(f"{path}: a model read from an .npz file saves as .npz only (it holds plain "
+                                     "trees, not scikit-learn regressors)")
+            skops.io.dump({**record, **models}, tmp, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
+        else:
+            groups = {name: [_as_trees(m) for m in group] for name, group in models.items()}
+            trees.write(tmp, {**record, "format_version": FORMAT_VERSION, "n_features": len(FEATURE_NAMES)}, groups)
         os.replace(tmp, path)
         return path
+
+
+def _as_trees(model: Any) -> trees.Trees:
+    return model if isinstance(model, trees.Trees) else trees.Trees.from_regressor(model)
 
 
 def without_compiled(X: np.ndarray) -> np.ndarray:
@@ -258,10 +319,30 @@ def _bagged_log_ratio(X: np.ndarray, models: list, compiled_models: list) -> np.
 
 
 def load(path: str) -> LearnedCostModel:
-    """Read a model written by `LearnedCostModel.save`. A CostModelError says why a file is refused: missing,
-    not a model, holding types a model never holds, or made for another feature schema."""
+    """Read a model written by `LearnedCostModel.save` (an .npz, or a legacy skops archive). A CostModelError
+    says why a file is refused: missing, too large, not a model, holding types or trees a model never holds, or
+    made for another feature schema."""
     if not os.path.isfile(path):
         raise CostModelError(f"{path}: no such model file")
+    members = trees.check_archive(path)
+    if any(info.filename == "schema.json" for info in members):  # skops writes this member, numpy never
+        record = _read_skops(path)
+    else:
+        meta, groups = trees.read(path, GROUPS)
+        if meta.get("format") == FILE_FORMAT and meta.get("format_version") != FORMAT_VERSION:
+            raise CostModelError(f"{path}: a model file of format version {meta.get('format_version')!r}, this "
+                                 f"fusionsearch reads version {FORMAT_VERSION}")
+        if meta.get("n_features") != len(FEATURE_NAMES):
+            raise CostModelError(f"{path}: its trees read {meta.get('n_features')} features, this fusionsearch's "
+                                 f"schema v{FEATURE_SCHEMA_VERSION} has {len(FEATURE_NAMES)}")
+        record = {**meta, **groups}
+    return _from_record(path, record)
+
+
+def _read_skops(path: str) -> dict[str, Any]:
+    """The record of a legacy skops model file, loaded only when it holds nothing but trusted types."""
+    import skops.io
+
     try:
         untrusted = skops.io.get_untrusted_types(file=path)
     except Exception:  # skops raises zipfile, JSON and key errors alike on files it did not write
@@ -273,8 +354,13 @@ def load(path: str) -> LearnedCostModel:
         record = skops.io.load(path, trusted=TRUSTED_TYPES)
     except Exception as e:
         raise CostModelError(f"{path}: not a readable cost model file ({type(e).__name__})") from None
-    if not isinstance(record, dict) or record.get("format") != FILE_FORMAT:
-        raise CostModelError(f"{path}: not a fusionsearch cost model (a skops file of something else)")
+    return record if isinstance(record, dict) else {}
+
+
+def _from_record(path: str, record: dict[str, Any]) -> LearnedCostModel:
+    """The model a file's record describes, after checking it is one for this feature schema."""
+    if record.get("format") != FILE_FORMAT:
+        raise CostModelError(f"{path}: not a fusionsearch cost model (an archive of something else)")
     if record.get("schema_version") != FEATURE_SCHEMA_VERSION:
         raise CostModelError(f"{path}: made for feature schema v{record.get('schema_version')}, this fusionsearch "
                              f"computes v{FEATURE_SCHEMA_VERSION}; retrain it with `fusionsearch costmodel train`")
@@ -282,11 +368,10 @@ def load(path: str) -> LearnedCostModel:
         raise CostModelError(f"{path}: its feature names differ from this fusionsearch's schema "
                              f"v{FEATURE_SCHEMA_VERSION}; retrain it with `fusionsearch costmodel train`")
     params, inner = record.get("params"), record.get("models")
-    extra = [record.get(key, []) for key in ("compiled_models", "narrow_models", "narrow_compiled_models")]
+    extra = [record.get(key, []) for key in GROUPS[1:]]
     if not isinstance(params, dict) or not isinstance(inner, list) or not inner \
             or not all(isinstance(models, list) for models in extra) \
-            or not all(isinstance(m, HistGradientBoostingRegressor) for m in [*inner, *sum(extra, [])]) \
-            or (extra[2] and not extra[1]):
+            or not _regressors([*inner, *sum(extra, [])]) or (extra[2] and not extra[1]):
         raise CostModelError(f"{path}: not a fusionsearch cost model (its parameters or regressor are missing)")
     try:  # files from before the width split have no such parameter and no second set of models
         model = LearnedCostModel(**{"width_split": False, **params})
@@ -301,6 +386,15 @@ def load(path: str) -> LearnedCostModel:
     return model
 
 
+def _regressors(models: list[Any]) -> bool:
+    """Whether every item predicts as a model's regressor: plain trees (.npz), or scikit-learn's (skops)."""
+    if all(isinstance(m, trees.Trees) for m in models):
+        return True
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    return all(isinstance(m, HistGradientBoostingRegressor) for m in models)
+
+
 def load_default(path: str | None = None) -> LearnedCostModel | None:
     """The shipped model when it was trained on this device (same GPU name as `Hardware.detect()`); None
     when there is none or it is for another GPU, or cannot be used (with a warning). The default path is read
@@ -312,8 +406,8 @@ def load_default(path: str | None = None) -> LearnedCostModel | None:
         return None
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _LOADED:  # a model takes seconds to load: once per process and file (the backend searches
-        try:                # one region after another, each search asking for it)
+    if key not in _LOADED:  # once per process and file: the backend searches one region after another, each
+        try:                # asking for it (an .npz loads in tens of ms, a legacy skops file took seconds)
             _LOADED[key] = load(path)
         except CostModelError as e:
             warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=2)
@@ -355,6 +449,8 @@ def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:
     y = np.asarray(y, dtype=np.float64).ravel()
     if len(y) != len(X) or len(y) == 0 or not np.all(np.isfinite(y)) or np.any(y <= 0):
         raise CostModelError("a correction needs one positive, finite time (µs) per feature row")
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
     residual = np.log(y) - np.log(base.predict(X))
     correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8, min_samples_leaf=2,
                                                early_stopping=False, random_state=0)

@@ -98,6 +98,21 @@ def test_fit_returns_self_with_json_params_and_learned_state_ending_in_underscor
         est.predict(X[:, :-1])
 
 
+def test_the_estimator_contract_holds_without_subclassing_scikit_learn() -> None:
+    from sklearn.utils import get_tags
+
+    est = LearnedCostModel(max_iter=7)
+    assert repr(est) == "LearnedCostModel(max_iter=7)"
+    assert est.set_params(n_bags=2, width_split=False) is est and est.get_params()["n_bags"] == 2
+    assert clone(est).get_params() == est.get_params() and clone(est) is not est
+    with pytest.raises(CostModelError, match="unknown hyperparameters \\['depth'\\]"):
+        est.set_params(depth=3)
+    tags = get_tags(est)
+    assert tags.estimator_type == "regressor" and tags.input_tags.allow_nan
+    with pytest.raises(CostModelError, match="not fitted"):
+        est.predict(np.ones((1, len(FEATURE_NAMES))))
+
+
 def test_plan_time_is_the_sum_of_the_kernel_predictions(model: LearnedCostModel) -> None:
     plan = P.unfused(fs.workload("swiglu", M=16, D=256, H=512))
     per_kernel = model.predict(to_matrix(plan_features(plan, H200)))
@@ -272,7 +287,7 @@ def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path, payload: str) -> 
     path = str(tmp_path / "bad.skops")
     if payload == "random":
         Path(path).write_bytes(np.random.default_rng(0).bytes(4096))
-        match = "not a skops archive"
+        match = "not a cost model file \\(not a zip archive"
     elif payload == "function":
         skops.io.dump({"format": "fusionsearch-costmodel", "model": os.system}, path)
         match = "refused.*system"
@@ -354,7 +369,7 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, dataset: str, capsys: p
     bogus.write_bytes(b"\x00" * 64)
     assert cli.main(["costmodel", "evaluate", str(bogus), dataset]) == 2
     err = capsys.readouterr().err
-    assert "not a skops archive" in err and len(err.strip().splitlines()) == 1
+    assert "not a zip archive" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_search_prunes_with_a_given_learned_model(tmp_path: Path, model: LearnedCostModel) -> None:

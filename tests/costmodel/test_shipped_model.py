@@ -1,15 +1,19 @@
-"""The learned model and the H200 dataset that ship in the package: the model loads without executing
-code, names the H200, and ranks the dataset's plans better than the analytic model does."""
+"""The learned model and the H200 dataset that ship in the package: the model is plain trees that load
+without pickle or scikit-learn, names the H200, and ranks the dataset's plans better than the analytic model."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+
+import pytest
 
 from fusionsearch.costmodel.learned import load
 from fusionsearch.costmodel.train import evaluate, load_dataset
 
 DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "fusionsearch", "datasets", "data")
-SHIPPED_MODEL_PATH = os.path.join(DATA_DIR, "costmodel.skops")
+SHIPPED_MODEL_PATH = os.path.join(DATA_DIR, "costmodel.npz")
 SHIPPED_DATA_PATH = os.path.join(DATA_DIR, "h200-measurements.jsonl.gz")
 
 
@@ -28,6 +32,29 @@ def test_shipped_model_names_the_h200_and_ranks_better_than_the_analytic_model()
     for m in ("kendall_tau", "pairwise_accuracy"):
         assert fig[m] > fig[f"analytic_{m}"]
     assert fig["top1_regret"] < fig["analytic_top1_regret"]
+
+
+def test_shipped_model_is_plain_trees_that_load_without_scikit_learn_or_skops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compact format: a few MB of arrays, the default path, loaded and predicting in a process that never
+    imports scikit-learn (whose import alone took longer than this load) nor skops."""
+    from fusionsearch.costmodel import hardware
+    from fusionsearch.costmodel.trees import Trees
+
+    monkeypatch.undo()  # the default path as shipped, not the tests' stand-in (conftest)
+    assert os.path.samefile(hardware.DEFAULT_MODEL_PATH, SHIPPED_MODEL_PATH)
+    assert os.path.getsize(SHIPPED_MODEL_PATH) < 4_000_000
+    model = load(SHIPPED_MODEL_PATH)
+    for group in (model.models_, model.compiled_models_, model.narrow_models_, model.narrow_compiled_models_):
+        assert len(group) == model.n_bags and all(isinstance(m, Trees) and m.n_trees == 300 for m in group)
+    script = ("import sys, numpy as np\n"
+              "from fusionsearch.costmodel.features import FEATURE_NAMES\n"
+              "from fusionsearch.costmodel.learned import load\n"
+              f"predicted = load({SHIPPED_MODEL_PATH!r}).predict(np.ones((3, len(FEATURE_NAMES))))\n"
+              "assert predicted.shape == (3,) and np.all(predicted > 0)\n"
+              "print(sorted(m for m in ('sklearn', 'skops', 'scipy') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
