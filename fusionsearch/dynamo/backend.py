@@ -95,6 +95,8 @@ class BackendStats:
     cached: int = 0
     declined: list[str] = field(default_factory=list)
     choices: dict[str, RegionChoice] = field(default_factory=dict)
+    best_us: dict[str, float] = field(default_factory=dict)  # per distinct region: its kept code's µs (or the
+    #                                                          search's figure where no race ran)
 
     def explain(self) -> str:
         """Each distinct matmul region raced: which code was kept, both times (µs), the fusion the search decided."""
@@ -233,8 +235,10 @@ class _Compiler:
             steps.append(step)
             if bar is not None and region.tuned:
                 bar.update(1)
-                last = self.stats.choices.get(region.graph.signature_hash())
-                kept = f", last kept {last.chosen}" if last is not None else ""
+                sig = region.graph.signature_hash()
+                last, best = self.stats.choices.get(sig), self.stats.best_us.get(sig)
+                kept = f", last: {last.chosen}" if last is not None else ""
+                kept += f" {best:.1f} us" if best is not None and best == best else ""
                 bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}{kept}")
         if bar is not None:
             bar.close()
@@ -290,6 +294,10 @@ class _Compiler:
                               **({"race": choice.to_dict()} if choice is not None else {})})
         if choice is not None:
             self.stats.choices.setdefault(g.signature_hash(), choice)
+        kept_us = [t for t in ((choice.ours_us if choice.chosen != INDUCTOR else choice.inductor_us),)
+                   if t is not None] if choice is not None else []
+        if kept_us or best_us is not None:
+            self.stats.best_us.setdefault(g.signature_hash(), float(kept_us[0] if kept_us else best_us))
         if choice is not None and choice.chosen == INDUCTOR:
             return _Step(theirs or _lazy_inductor(g, self.options.inductor), region, "inductor")
         return _Step(ours or plan.compile().module.run, region, "plan")
