@@ -34,8 +34,8 @@ def save_graph(g: OpGraph, path: str) -> None:
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
+    except (OSError, ValueError, TypeError) as e:
+        reason = getattr(e, "strerror", None) or type(e).__name__
         raise SpecError(f"{printable(str(path))}: cannot write the graph spec ({reason})") from None
 
 
@@ -219,6 +219,6 @@ def load_graph(path: str) -> OpGraph:
             data = f.read()
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
-    except OSError as e:  # a directory, no permission, a path too long
-        raise SpecError(f"{where}: cannot read ({e.strerror or type(e).__name__})") from None
+    except (OSError, ValueError, TypeError) as e:  # a directory, no permission, a NUL byte, not a path at all
+        raise SpecError(f"{where}: cannot read ({getattr(e, 'strerror', None) or type(e).__name__})") from None
     return graph_from_dict(parse_json(data, where), where)

@@ -365,6 +365,11 @@ def test_unreadable_or_unwritable_paths_are_spec_errors(tmp_path: Path) -> None:
         g.save(str(tmp_path / "no" / "such" / "dir.json"))
     with pytest.raises(SpecError, match=r"^x\\ny\.json: no such file$"):
         load_graph("x\ny.json")
+    for path in ("nul\0byte.json", None):
+        with pytest.raises(SpecError, match=r": cannot read \((ValueError|TypeError)\)$"):
+            load_graph(path)  # type: ignore[arg-type]
+        with pytest.raises(SpecError, match=r": cannot write the graph spec \((ValueError|TypeError)\)$"):
+            g.save(path)  # type: ignore[arg-type]
 
 
 def test_python_values_that_are_not_json_are_refused() -> None:
