@@ -45,6 +45,8 @@ def open_existing(url: str) -> Any:
     elif url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///").split("?", 1)[0]
         path = None if path in ("", ":memory:") else path
+    if path is not None and os.path.isdir(path):
+        raise SpecError(f"storage {redact(url)}: {path!r} is a directory, not a storage file")
     if path is not None and not os.path.isfile(path):
         raise SpecError(f"storage {redact(url)}: no such file {path!r}")
     if path is not None and url.startswith("sqlite"):

@@ -5,6 +5,7 @@ model; model: the cost model alone). Optuna stays inside this module."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -22,10 +23,11 @@ import torch
 from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
-from fusionsearch.search.identity import check_identity, study_identity
+from fusionsearch.search.identity import study_identity
 from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
+from fusionsearch.search.slots import Retry, Slots, open_study
 from fusionsearch.search.space import Space, enumerate_space, seed_plans
 from fusionsearch.search.workers import check_workers, run_workers, worker_count
 
@@ -95,9 +97,35 @@ class SearchOptions:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
         check_workers(self.workers)
-        if isinstance(self.trial_timeout_s, bool) or not isinstance(self.trial_timeout_s, int | float) or not (
-                0 < self.trial_timeout_s < float("inf")):
+        if not _positive(self.trial_timeout_s):
             raise SpecError(f"trial_timeout_s must be a positive number of seconds, got {self.trial_timeout_s!r}")
+        if not _whole(self.seed) or not 0 <= self.seed < 2**32:  # numpy's generators (Optuna's samplers) take these
+            raise SpecError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed!r}")
+        if self.timeout is not None and not _positive(self.timeout):
+            raise SpecError(f"timeout must be a positive number of seconds (None: no limit), got {self.timeout!r}")
+        if self.bytes_rule is not None and not _positive(self.bytes_rule):
+            raise SpecError(f"bytes_rule must be a positive factor (None lifts the rule), got {self.bytes_rule!r}")
+        if not _positive(self.prune_margin, finite=False):
+            raise SpecError(f"prune_margin must be a positive factor, got {self.prune_margin!r}")
+        if not _whole(self.max_configs) or self.max_configs < 1:
+            raise SpecError(f"max_configs must be a positive whole number, got {self.max_configs!r}")
+        if not _whole(self.heartbeat_s) or self.heartbeat_s < 1:
+            raise SpecError(f"heartbeat_s must be a positive whole number of seconds, got {self.heartbeat_s!r}")
+        if self.study_name is not None and (not isinstance(self.study_name, str) or not self.study_name.strip()):
+            raise SpecError(f"study_name must name a study (None: one per graph and backend), got {self.study_name!r}")
+        if self.compile_workers is not None and (not _whole(self.compile_workers) or self.compile_workers < 0):
+            raise SpecError(f"compile_workers must be a whole number (0: none; None: automatic), "
+                            f"got {self.compile_workers!r}")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value: object, finite: bool = True) -> bool:
+    """A number of seconds or a factor: above zero, not NaN, and finite unless `finite` is False."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0 and (
+        not finite or value < float("inf"))
 
 
 def _cost_model(choice: str) -> Any:
@@ -145,15 +173,13 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
     """In memory when None; 'journal:PATH' for a journal file; any RDB URL (sqlite:///, postgresql://).
 
     RDB storages get a heartbeat: a trial whose worker stops beating for 3 heartbeats (killed, machine lost)
-    is failed and retried once as a new waiting trial."""
+    is failed and laid out again (slots.Retry). Journal files have no heartbeat: slots.Slots.recover finds the
+    trials of dead workers on this host by the owner each claim records."""
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat, journal
     if url is None:
         return None
     if url.startswith("journal:"):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
-        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+        return _journal(url.removeprefix("journal:"))
     if "://" not in url:
         raise SpecError(f"storage {redact(url)!r} is not a URL: use sqlite:///file.db, postgresql://..., "
                         "or journal:file.log")
@@ -161,11 +187,8 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
         try:
             sqlite = url.startswith("sqlite")
             kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if sqlite else {}
-            retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
-                optuna.storages.RetryFailedTrialCallback  # the name before Optuna 4.9
-            retry = retry_cls(max_retry=1)
             return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
-                                              heartbeat_stale_trial_callback=retry, **kwargs)
+                                              heartbeat_stale_trial_callback=Retry(), **kwargs)
         except Exception as e:  # a bad URL or unreachable server is the user's to fix
             if attempt < 4 and ("sqlite" in url or any(race in repr(e) for race in SCHEMA_RACES)):
                 time.sleep(0.5)  # another worker is creating the schema at this moment
@@ -175,6 +198,43 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
                 why = "no PostgreSQL driver: pip install 'psycopg[binary]' (or fusionsearch's [postgres] extra)"
             raise SpecError(f"storage {redact(url)} cannot be opened: {why}") from None
     raise AssertionError("unreachable")
+
+
+def _journal(path: str) -> Any:
+    """A journal file's storage; SpecError when the path cannot hold one (a directory, a missing directory) or the
+    file is not an Optuna journal (its first line is not a journal record, its text not UTF-8)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    where = f"storage journal:{path}"
+    if not path:
+        raise SpecError("storage journal: names no file; write journal:PATH")
+    if os.path.isdir(path):
+        raise SpecError(f"{where} is a directory; name a journal file (journal:DIR/study.log)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise SpecError(f"{where}: no such directory {parent!r}")
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except FileNotFoundError:
+        first = b""
+    except OSError as e:
+        raise SpecError(f"{where} cannot be read ({e.strerror})") from None
+    if first:
+        try:
+            record = json.loads(first.decode("utf-8"))
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or "op_code" not in record:
+            raise SpecError(f"{where} is not an Optuna journal (its first line is not a journal record); name a "
+                            "new file or one a search wrote") from None
+    try:
+        return JournalStorage(JournalFileBackend(path))
+    except OSError as e:
+        raise SpecError(f"{where} cannot be opened ({e.strerror})") from None
+    except (ValueError, KeyError, TypeError) as e:  # a record that does not replay
+        raise SpecError(f"{where} is not a readable Optuna journal ({str(e)[:200] or type(e).__name__})") from None
 
 
 def redact(url: str) -> str:
@@ -463,8 +523,8 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
         sampler = _sampler_name(options, objective)
         first = [] if sampler == "ranked" else seed_plans(space)  # ranked: its first trial is the model's best
         identity = study_identity(graph, options.graph_name, space, backend, _priced_by(objective.model), hw)
-        study = _open_study(name, storage, _sampler(sampler, options.seed, objective), trials, first, identity,
-                            redact(url) if url and not own_storage else "")
+        _, slots = open_study(name, storage, _sampler(sampler, options.seed, objective), trials, first, identity,
+                              redact(url) if url and not own_storage else "", url)
         start = time.time()
         if count > 1:
             shared = dataclasses.replace(options, storage=url, study_name=name, backend=backend, trials=trials)
@@ -474,8 +534,8 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
                     log.warning("search worker %s exited with code %d: %s", e.tag, e.code, e.stderr_tail)
             # Join the study here too: whatever a dead worker left waiting (or retried) is run now.
             objective.tag = "main"
-        res = _search(graph, options, inputs, judge, backend, hw, space, storage, name, objective, sampler, study,
-                      start, None if own_storage else options.storage)
+        res = _search(graph, options, inputs, judge, backend, hw, space, slots, objective, sampler, start,
+                      None if own_storage else options.storage)
         if single:
             res.extra["possible_plans"] = 1
         return res
@@ -506,14 +566,14 @@ def _priced_by(model: Any) -> str:
 
 
 def _search(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None, judge: Any,
-            backend: str, hw: Any, space: Space, storage: Any, name: str, objective: Objective, sampler: str,
-            study: optuna.Study, start: float, storage_url: str | None) -> TuneResult:
+            backend: str, hw: Any, space: Space, slots: Slots, objective: Objective, sampler: str, start: float,
+            storage_url: str | None) -> TuneResult:
     """Run the study's waiting trials in this process, then the result over all of the study's trials."""
+    study, name = slots.study, slots.study.study_name
     for t in study.trials:  # a resumed study: its measured trials set the pruning bar
         if t.state == optuna.trial.TrialState.COMPLETE and "predicted_us" in t.user_attrs:
             objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
-    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-    bar = _progress(waiting, options.progress)
+    bar = _progress(slots.remaining(), options.progress)
     pool = None
     if backend == "gpu" and judge is None:
         judge = _gpu_judge(graph, inputs, options)
@@ -524,8 +584,8 @@ def _search(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tenso
     objective.judge = judge
     finals: list[dict[str, Any]] = []
     try:
-        _work(study, storage, objective, None if options.timeout is None else start + options.timeout, bar,
-              _sqlite_lock_path(options.storage), pool)
+        _work(slots, objective, None if options.timeout is None else start + options.timeout, bar, pool)
+        _say_unfinished(slots)
         if backend == "gpu" and options.finalists > 1 and hasattr(judge, "retime"):
             finals = _retime_finalists(study, space, judge, options.finalists)
     finally:
@@ -564,101 +624,31 @@ def _gpu_judge(graph: OpGraph, inputs: Sequence[torch.Tensor] | None, options: S
     return InProcessJudge(graph, inputs, options.seed)
 
 
-def _open_study(name: str, storage: Any, sampler: optuna.samplers.BaseSampler, total: int,
-                seeds: list[dict[str, str]], identity: dict[str, str] | None = None, where: str = "") -> optuna.Study:
-    """Create the study with `total` waiting trial slots (the seed plans first), or join an existing one.
+def _work(slots: Slots, objective: Objective, deadline: float | None, bar: _Progress | None,
+          pool: Any = None) -> None:
+    """Claim and run waiting slots until none is left (or the deadline passes). With a compile pool, trials are
+    claimed in batches: the plans that survive pruning compile in parallel, then are measured in turn.
 
-    Workers only claim waiting slots, so N workers on one storage run exactly `total` trials between them.
-    The creator records what the study searches (`identity`) and then the slot count in the study's user attr
-    'slots' once laid out; a joiner waits for the slots, refuses a study recorded for another search
-    (check_identity), and a later run asking for a larger total (a resume) adds the missing slots."""
-    try:
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="minimize")
-        slots = 0
-        log.info("study %s created", name)
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        deadline = time.time() + 60
-        while "slots" not in study.user_attrs and time.time() < deadline:
-            time.sleep(0.2)  # the creator is still laying out the slots (its identity recorded before them)
-        recorded = study.user_attrs
-        if identity is not None:
-            check_identity(name, where, recorded, identity)
-        slots = int(recorded.get("slots", len(study.get_trials(deepcopy=False))))
-        log.info("study %s resumed: %d trial slots, %d asked", name, slots, total)
-    if identity is not None and "graph" not in study.user_attrs and slots == 0:
-        for key, value in identity.items():  # before the slots: a joiner reads them once it sees the slots
-            study.set_user_attr(key, value)
-    if slots == 0:
-        for params in seeds[:total]:
-            study.enqueue_trial(params)
-        slots = min(len(seeds), total)
-    for _ in range(total - slots):
-        study.enqueue_trial({})
-    study.set_user_attr("slots", max(total, slots))
-    return study
-
-
-def _claim(storage: Any, study_id: int, lock_path: str | None) -> int | None:
-    """Atomically take one waiting trial. PostgreSQL/MySQL (SELECT ... FOR UPDATE) and journal files (file
-    locks) refuse a second claimant themselves; SQLite ignores FOR UPDATE, so its claims take a file lock."""
-    with _file_lock(lock_path):
-        for t in storage.get_all_trials(study_id, deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            try:
-                if storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.RUNNING):
-                    return t._trial_id
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue  # another worker claimed and finished it since the list was read
-    return None
-
-
-class _file_lock:
-    """An exclusive flock on `path` for the duration (no-op when path is None)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path, self.fd = path, -1
-
-    def __enter__(self) -> None:
-        if self.path:
-            import fcntl
-            import os
-
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd >= 0:
-            import fcntl
-            import os
-
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = -1
-
-
-def _sqlite_lock_path(url: str | None) -> str | None:
-    if not url or not url.startswith("sqlite:///"):
-        return None
-    path = url.removeprefix("sqlite:///")
-    return None if path in ("", ":memory:") else path + ".claims.lock"
-
-
-def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: float | None,
-          bar: _Progress | None, lock_path: str | None = None, pool: Any = None) -> None:
-    """Claim and run waiting trials until none is left (or the deadline passes). With a compile pool, trials
-    are claimed in batches: the plans that survive pruning compile in parallel, then are measured in turn."""
-    study_id = storage.get_study_id_from_name(study.study_name)
+    Slots are laid out as they are needed; the trials of dead workers are laid out again (RDB: stale heartbeats;
+    journal: owners gone from this host), and a worker that finds nothing waiting waits while another worker's
+    trial may still be recovered (RDB: 4 grace periods; journal: while its worker on this host runs)."""
+    study, storage = slots.study, slots.storage
     batch_size = pool.workers if pool is not None else 1
     heartbeat = getattr(storage, "heartbeat_interval", None)
     waiting_since: float | None = None
+    low = True  # few slots waiting: lay out more before claiming
     while deadline is None or time.time() < deadline:
         if getattr(study.sampler, "exhausted", False):
             return
         if heartbeat:
-            optuna.storages.fail_stale_trials(study)  # retries the trials of workers that died
+            with slots.lock():  # SQLite: two workers must not both fail (and retry) one stale trial
+                optuna.storages.fail_stale_trials(study)  # lays out again the trials of workers that died
+        slots.recover()
+        if low:
+            slots.top_up()
         batch, beats = [], {}
         for _ in range(batch_size):
-            trial_id = _claim(storage, study_id, lock_path)
+            trial_id, low = slots.claim()
             if trial_id is None:
                 break
             trial = optuna.trial.Trial(study, trial_id)
@@ -666,10 +656,15 @@ def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: flo
             beats[trial.number].__enter__()  # from the claim on: a worker killed while preparing is noticed too
             batch.append(trial)
         if not batch:
+            if slots.top_up() or slots.recover():
+                continue
             running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
             if heartbeat and running and time.time() < (waiting_since := waiting_since or time.time()) + 4 * (
                     getattr(storage, "grace_period", None) or 3 * heartbeat):
                 time.sleep(min(heartbeat, 1.0))  # another worker's trial: done soon, or stale and retried
+                continue
+            if slots.live_here():
+                time.sleep(0.5)  # another worker on this host runs a trial: done soon, or dead and recovered
                 continue
             return
         waiting_since = None
@@ -690,6 +685,18 @@ def _work(study: optuna.Study, storage: Any, objective: Objective, deadline: flo
                 beats[trial.number].__exit__()
             if bar:
                 bar.callback(study, frozen)
+
+
+def _say_unfinished(slots: Slots) -> None:
+    """Log the slots this search leaves unfinished (a timeout, trials running in other workers) and how to finish
+    them: the same command again."""
+    trials = slots.study.get_trials(deepcopy=False)
+    running = sum(t.state == optuna.trial.TrialState.RUNNING for t in trials)
+    left = slots.remaining()
+    if left or running:
+        log.info("study %s: %d of %d trial slots not run yet, %d running in other workers%s; the same command "
+                 "again runs what is left", slots.study.study_name, left, slots.total, running,
+                 f" ({slots.elsewhere} on other hosts, which this one cannot check)" if slots.elsewhere else "")
 
 
 class _Heartbeat:

@@ -78,7 +78,7 @@ def run_workers(graph_spec: dict[str, Any], options: Any, inputs: Sequence[torch
             config = {"graph": graph_spec, "inputs": inputs_path, "options": {
                 **dataclasses.asdict(options), "workers": 1, "progress": False, "worker_tag": tag,
                 "finalists": 0,  # the caller times the study's finalists once, after every worker is done
-                "seed": options.seed + 1 + i}}
+                "seed": (options.seed + 1 + i) % 2**32}}
             path = os.path.join(tmp, f"worker{i}.json")
             with open(path, "w") as f:
                 json.dump(config, f)

@@ -25,6 +25,7 @@ from fusionsearch.search import identity as I
 from fusionsearch.search import study as S
 from fusionsearch.search.plan import Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search.result import TuneResult
+from fusionsearch.search.slots import AHEAD
 from fusionsearch.search.space import enumerate_space
 from fusionsearch.search.study import SearchOptions, make_storage, redact, run_study
 
@@ -253,23 +254,35 @@ WORKER = textwrap.dedent("""
         return _suggest(self, trial)
 
     S.Objective.suggest = suggest
-    ready, storage, name = sys.argv[1:4]  # argv[4]: how many workers start together
+    ready, storage, name = sys.argv[1:4]  # argv[4]: how many workers start together; [5]: trials; [6]: slots ahead
+    trials = int(sys.argv[5]) if len(sys.argv) > 5 else 30
+    if len(sys.argv) > 6:
+        import optuna
+        from fusionsearch.search import slots
+        slots.AHEAD = int(sys.argv[6])
+        _add = optuna.Study.add_trial
+
+        def add_trial(self, trial):  # slow layouts: two workers laying out at once would lay out slots twice
+            time.sleep(0.02)
+            _add(self, trial)
+
+        optuna.Study.add_trial = add_trial
     open(os.path.join(ready, "ready-%d" % os.getpid()), "w").close()
     deadline = time.time() + 120
     while len(os.listdir(ready)) < int(sys.argv[4]) and time.time() < deadline:
         time.sleep(0.005)
     g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
-    res = S.run_study(g, S.SearchOptions(trials=30, backend="model", storage=storage, study_name=name))
+    res = S.run_study(g, S.SearchOptions(trials=trials, backend="model", storage=storage, study_name=name))
     print("records", len(res.trials))
 """)
 
 
-def _run_workers(tmp_path: Path, storage_url: str, name: str, n: int) -> list[str]:
+def _run_workers(tmp_path: Path, storage_url: str, name: str, n: int, *extra: str) -> list[str]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     ready = tmp_path / "ready"
     ready.mkdir()
-    procs = [subprocess.Popen([sys.executable, str(script), str(ready), storage_url, name, str(n)],
+    procs = [subprocess.Popen([sys.executable, str(script), str(ready), storage_url, name, str(n), *extra],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
     outs = []
     for p in procs:
@@ -324,6 +337,39 @@ def test_three_workers_on_one_storage_run_exactly_the_total(tmp_path: Path, kind
         pid = t.user_attrs["test_worker_pid"]
         by_worker[pid] = by_worker.get(pid, 0) + 1
     assert len(by_worker) == 3 and min(by_worker.values()) >= 1, by_worker
+
+
+@pytest.mark.parametrize("kind", STORAGE_KINDS)
+def test_workers_laying_out_slots_as_they_go_run_exactly_the_total(tmp_path: Path, kind: str,
+                                                                    storage_url: Callable[[str], str]) -> None:
+    """Issue 24: slots are laid out a bounded number ahead of the workers (here 4), by whichever worker finds few
+    waiting, under one lock: three workers still run exactly the 40 trials asked, each number once."""
+    url = storage_url(kind)
+    outs = _run_workers(tmp_path, url, "lazy", 3, "40", "4")
+    assert all("records 40" in o for o in outs), outs
+    trials = _states(url, "lazy")
+    assert sorted(t.number for t in trials) == list(range(40)), len(trials)
+    assert all(t.state in FINISHED for t in trials), [t.state for t in trials]
+    assert optuna.load_study(study_name="lazy", storage=make_storage(url)).user_attrs["slots"] == 40
+
+
+def test_a_search_of_a_huge_total_lays_out_a_bounded_number_of_slots(tmp_path: Path) -> None:
+    """Issue 24: `--trials 100000 --timeout 60` laid out every slot before the timeout started (7 trials in 120 s;
+    10**30 grew to ~10 GB). Now a few slots are laid out ahead of the trials, whatever the total."""
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    for url in (None, f"sqlite:///{tmp_path / 'h.db'}", f"journal:{tmp_path / 'h.log'}"):
+        start = time.time()
+        try:
+            res = run_study(g, SearchOptions(trials=10**30, backend="model", storage=url, study_name="h", timeout=2.0,
+                                             cost_model="analytic"))
+        except FusionSearchError as e:  # a busy machine: not one trial in the time given
+            assert "no trial" in str(e)
+            continue
+        assert time.time() - start < 30, url
+        ran = sum(t.state != "waiting" for t in res.trials)
+        assert ran >= 1 and len(res.trials) <= ran + 2 * AHEAD, (url, ran, len(res.trials))
+    study = optuna.load_study(study_name="h", storage=make_storage(f"sqlite:///{tmp_path / 'h.db'}"))
+    assert study.user_attrs["slots"] == 10**30 and len(study.trials) <= 4 * AHEAD
 
 
 # ---- resume and timeouts -----------------------------------------------------------------------
@@ -381,11 +427,13 @@ def test_a_timeout_stops_early_and_a_later_run_completes_the_slots(tmp_path: Pat
     assert len(done.trials) == 40
 
 
-def test_a_zero_timeout_runs_no_trial_and_leaves_every_slot_waiting(tmp_path: Path) -> None:
+def test_a_timeout_before_the_first_trial_runs_none_and_leaves_every_slot_waiting(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'z.db'}"
     g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    with pytest.raises(SpecError, match="timeout must be a positive number"):  # 0: as good as no search
+        SearchOptions(trials=6, backend="model", storage=url, study_name="z", timeout=0.0)
     try:
-        run_study(g, SearchOptions(trials=6, backend="model", storage=url, study_name="z", timeout=0.0))
+        run_study(g, SearchOptions(trials=6, backend="model", storage=url, study_name="z", timeout=1e-9))
     except FusionSearchError as e:  # no trial completed, so there is no best plan
         assert "no trial" in str(e)
     states = [t.state for t in _states(url, "z")]
@@ -432,9 +480,16 @@ def test_redact_hides_the_password() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"backend": "cuda"}, {"sampler": "x"}, {"trials": 0}, {"trials": -3},
-                                 {"trials": 2.5}, {"trials": True}])
+                                 {"trials": 2.5}, {"trials": True}, {"seed": -1}, {"seed": 2**32}, {"seed": 1.5},
+                                 {"timeout": 0}, {"timeout": -1.0}, {"timeout": float("nan")},
+                                 {"timeout": float("inf")}, {"bytes_rule": 0.0}, {"bytes_rule": float("nan")},
+                                 {"bytes_rule": -1.1}, {"prune_margin": float("nan")}, {"prune_margin": 0},
+                                 {"max_configs": 0}, {"heartbeat_s": 0}, {"compile_workers": -1},
+                                 {"study_name": ""}, {"study_name": "  "}, {"trial_timeout_s": float("nan")}])
 def test_bad_search_options_are_spec_errors(bad: dict[str, object]) -> None:
-    with pytest.raises(SpecError):
+    """The API refuses what the CLI refuses (issue 24: --seed -1 was a numpy traceback, --timeout nan and
+    --bytes-rule 0 were accepted)."""
+    with pytest.raises(SpecError, match=next(iter(bad))):
         SearchOptions(**bad)  # type: ignore[arg-type]
 
 
@@ -452,6 +507,7 @@ def test_the_result_of_a_storage_run_carries_the_redacted_url(kind: str, storage
         assert password not in (tmp_path / "report.md").read_text()
         out = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "mm_bias_gelu", "--shape",
                               "M=16,K=64,N=96", "--backend", "model", "--trials", "3", "--storage", url,
+                              "--cost-model", "analytic",  # as the run above (conftest: no shipped model)
                               "--quiet"], capture_output=True, text=True, timeout=240)
         assert out.returncode == 0, out.stderr[-2000:]
         assert password not in out.stdout + out.stderr and "***" in out.stdout, out.stdout
@@ -579,7 +635,7 @@ KILLED_WORKER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "journal", "postgres"])
 def test_a_resumed_study_reruns_the_trial_of_a_sigkilled_worker(tmp_path: Path, kind: str,
                                                                  storage_url: Callable[[str], str]) -> None:
     url = storage_url(kind)
@@ -600,9 +656,66 @@ def test_a_resumed_study_reruns_the_trial_of_a_sigkilled_worker(tmp_path: Path, 
     states = _states(url, "k")
     assert all(t.state in (*FINISHED, optuna.trial.TrialState.FAIL) for t in states), [
         (t.number, t.state.name) for t in states]
-    # The killed worker's trial failed on its stale heartbeat and was retried once as a new trial.
+    # The killed worker's trial failed (a stale heartbeat; a journal trial's owner gone) and was laid out again.
     assert [t.state for t in states].count(optuna.trial.TrialState.FAIL) == 1
     assert len(res.trials) == 7 and sum(t.state != "fail" for t in res.trials) == 6
+    assert states[-1].system_attrs["failed_trial"] == 3  # trial 3 laid out again
+
+
+VICTIM_WORKERS = textwrap.dedent("""
+    import os, sys, time
+    from fusionsearch.search import study as S
+    import fusionsearch as fs
+
+    ready, storage, flag, victim = sys.argv[1:5]
+    _suggest = S.Objective.suggest
+
+    def suggest(self, trial):  # the victim hangs in its first trial until killed; the others are slow
+        if victim == "1":
+            open(flag, "w").close()
+            time.sleep(120)
+        time.sleep(0.05)
+        return _suggest(self, trial)
+
+    S.Objective.suggest = suggest
+    open(os.path.join(ready, "ready-%d" % os.getpid()), "w").close()
+    deadline = time.time() + 120
+    while len(os.listdir(ready)) < 3 and time.time() < deadline:
+        time.sleep(0.005)
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
+    res = S.run_study(g, S.SearchOptions(trials=20, backend="model", storage=storage, study_name="v",
+                                         cost_model="analytic"))
+    print("records", len(res.trials))
+""")
+
+
+def test_a_journal_worker_sigkilled_mid_trial_is_recovered_by_the_others(tmp_path: Path) -> None:
+    """Issue 24: journal files have no heartbeat; a worker SIGKILLed while it holds a RUNNING trial left it
+    RUNNING for ever and the others finished one short. Now the others see its process gone, fail the trial and
+    lay it out again: 20 trials finish, none is left running."""
+    url = f"journal:{tmp_path / 'j.log'}"
+    script, ready, flag = tmp_path / "victim.py", tmp_path / "ready", tmp_path / "victim_in_trial"
+    script.write_text(VICTIM_WORKERS)
+    ready.mkdir()
+    procs = [subprocess.Popen([sys.executable, str(script), str(ready), url, str(flag), str(int(i == 0))],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    try:
+        deadline = time.time() + 120
+        while not flag.exists() and time.time() < deadline and procs[0].poll() is None:
+            time.sleep(0.05)
+        assert flag.exists(), procs[0].communicate()[1][-2000:]
+        running = [t for t in _states(url, "v") if t.state == optuna.trial.TrialState.RUNNING]
+        assert running, "the victim holds no RUNNING trial"
+    finally:
+        procs[0].kill()
+        procs[0].wait()
+    for p in procs[1:]:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+    states = _states(url, "v")
+    assert not [t for t in states if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)]
+    assert sum(t.state in FINISHED for t in states) == 20, [(t.number, t.state.name) for t in states]
+    assert [t.state for t in states].count(optuna.trial.TrialState.FAIL) == 1 and len(states) == 21
 
 
 # ---- what a study searches: recorded when created, refused when another search reuses it ------------------
