@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from fusionsearch.errors import FusionSearchError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
@@ -37,10 +37,102 @@ def _parse_shape(text: str) -> dict[str, int]:
     shape: dict[str, int] = {}
     for part in filter(None, text.split(",")):
         key, sep, value = part.partition("=")
-        if not sep or not key.strip().isidentifier() or not value.strip().isdigit():
+        key, value = key.strip(), value.strip()
+        if not sep or not key.isidentifier() or not (value.isascii() and value.isdigit()):
             raise SpecError(f"--shape {text!r}: write it as M=16,K=4096,N=4096 (positive integers)")
-        shape[key.strip()] = int(value)
+        if key in shape:
+            raise SpecError(f"--shape {text!r} gives {key} twice; give each dimension once")
+        shape[key] = int(value)
     return shape
+
+
+# ---- checks of what a command is given, made before any long work (searching, measuring, training) -------------
+
+def _whole(low: int, high: int | None = None, what: str = "a whole number") -> Any:
+    """An argparse type: an integer from `low` (to `high`, exclusive, when given)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} is needed, got {text!r}") from None
+        if value < low or (high is not None and value >= high):
+            bound = f"from {low} to {high - 1}" if high is not None else f"of at least {low}"
+            raise argparse.ArgumentTypeError(f"{what} {bound} is needed, got {text!r}")
+        return value
+    return parse
+
+
+def _positive(what: str) -> Any:
+    """An argparse type: a finite number above zero (not NaN)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text!r}")
+        return value
+    return parse
+
+
+SEED = _whole(0, 2**32, "a seed")  # numpy's generators take 0 .. 2**32 - 1
+
+
+def _check_writable_place(path: str, flag: str) -> None:
+    """Refuse a path whose nearest existing folder is not a folder this process can create files in (probed by
+    creating one: permissions alone do not tell for root, read-only mounts or /proc)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise SpecError(f"{flag} {path!r}: {parent!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fusionsearch-probe-", dir=parent))
+    except OSError as e:
+        raise SpecError(f"{flag} {path!r} cannot be written: {parent!r}: {e.strerror}") from None
+
+
+def _check_out_dir(path: str, flag: str = "--out") -> None:
+    """A directory to be written whole: a new one, or an empty one, in a place that can be written."""
+    if os.path.islink(path):
+        raise SpecError(f"{flag} {path!r} is a symbolic link (to {os.readlink(path)!r}); name the directory itself")
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise SpecError(f"{flag} {path!r} is a file, not a directory; choose a new directory")
+        if os.listdir(path):
+            raise SpecError(f"{flag} {path!r} exists and is not empty; choose a new directory")
+    _check_writable_place(path, flag)
+
+
+def _check_out_file(path: str, flag: str = "--out", new: bool = False) -> None:
+    """A file to be written (a new one when `new`, else a new or a regular file to replace or append to)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        raise SpecError(f"{flag} {path!r} is a symbolic link to nothing ({os.readlink(path)!r}); name a file")
+    if os.path.isdir(path):
+        raise SpecError(f"{flag} {path!r} is a directory; name a file")
+    if os.path.exists(path):
+        if new:
+            raise SpecError(f"{flag} {path!r} exists; name a new file")
+        if not os.path.isfile(path):
+            raise SpecError(f"{flag} {path!r} is not a regular file")
+    _check_writable_place(path, flag)
+
+
+def _check_dataset(path: str) -> None:
+    """A measurements dataset to read: an existing file that is one (refused before anything is computed)."""
+    from fusionsearch.datasets.measurements import check_appendable
+    from fusionsearch.errors import CostModelError
+
+    if not os.path.exists(path):
+        raise SpecError(f"{path}: no such dataset file")
+    if not os.path.isfile(path):
+        raise SpecError(f"{path}: not a dataset file ({'a directory' if os.path.isdir(path) else 'not a file'})")
+    try:
+        check_appendable(path)
+    except CostModelError as e:
+        why = str(e).partition("(")[2].partition(")")[0] or "not one"
+        raise SpecError(f"{path} is not a measurements dataset ({why}): give a file `fusionsearch costmodel "
+                        "collect` wrote") from None
 
 
 def _load_target(target: str | None, shape: str, dtype: str) -> OpGraph:
@@ -78,9 +170,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
         raise SpecError(f"--trial-timeout must be a positive number of seconds, got {args.trial_timeout:g}")
     workers: int | str = args.workers
     if workers != "auto":
-        if not str(workers).isdigit() or int(workers) < 1:
+        if not (str(workers).isascii() and str(workers).isdigit()) or int(workers) < 1:
             raise SpecError(f"--workers takes a positive number or 'auto', got {workers!r}")
         workers = int(workers)
+    if args.out:
+        _check_out_dir(args.out)
     g = _load_target(args.target, args.shape, args.dtype)
     graph_name = _graph_name(args.target, args.shape, args.dtype)
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
@@ -89,8 +183,6 @@ def _cmd_search(args: argparse.Namespace) -> int:
                          cost_model=args.cost_model, refit_every=args.refit_every,
                          compile_ranked=args.compile_ranked, finalists=args.finalists,
                          library=not args.no_library, trial_timeout_s=args.trial_timeout, graph_name=graph_name)
-    if args.out and os.path.exists(args.out) and os.listdir(args.out):
-        raise SpecError(f"--out {args.out!r} exists and is not empty; choose a new directory")
     backend = resolve_backend(opts.backend)
     what = args.target or DEFAULT_WORKLOAD
     how = {"gpu": "measured on the GPU", "model": "ranked by the cost model alone",
@@ -116,18 +208,28 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _write_out(res: Any, out: str) -> None:
-    """Export the result into `out` whole or not at all: written beside it, then renamed into place."""
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # --out a/b/new: make a/b
-    tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=os.path.dirname(os.path.abspath(out)))
+    """Export the result into `out` whole or not at all: written beside it, then renamed into place. `out` was
+    checked before the search; should it have changed since, the result is kept where it was written and named."""
+    parent = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(parent, exist_ok=True)  # --out a/b/new: make a/b
+        tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=parent)
+    except OSError as e:
+        raise SpecError(f"--out {out!r} cannot be written ({e.strerror}); nothing was written") from None
     try:
         res.export(tmp)
         with open(os.path.join(tmp, "result.json"), "w") as f:
             json.dump(res.to_dict(), f, indent=1, default=str)
-        if os.path.exists(out):
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        if os.path.isdir(out) and not os.path.islink(out):
             os.rmdir(out)
         os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise SpecError(f"--out {out!r} changed during the search and cannot be replaced ({e.strerror}); the "
+                        f"result is in {tmp}") from None
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -142,10 +244,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     graph_path = args.graph or os.path.join(os.path.dirname(os.path.abspath(path)), "graph.json")
     g = load_graph(graph_path)
     try:
-        with open(path) as f:
-            plan = Plan.from_json(f.read(), g)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except OSError as e:
         raise SpecError(f"{path}: cannot read the plan ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not a plan (not UTF-8 text: byte {e.object[e.start]:#04x} at offset "
+                        f"{e.start})") from None
+    plan = Plan.from_json(text, g)
     hw = Hardware.detect()
     facts = plan_facts(plan, hw, _learned_kernel_times(plan, hw))
     facts["search"] = _searched(os.path.join(os.path.dirname(os.path.abspath(path)), "result.json"))
@@ -239,6 +345,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.collect import CollectOptions, collect
+    from fusionsearch.datasets.measurements import check_appendable
+
+    _check_out_file(args.out)
+    check_appendable(args.out)
 
     counts = collect(args.out, CollectOptions(graphs=args.graphs, plans_per_graph=args.plans_per_graph,
                                               seed=args.seed, progress=not args.quiet))
@@ -249,6 +359,8 @@ def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
 def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.collect import add_resources
 
+    _check_dataset(args.data)
+    _check_out_file(args.out, new=True)
     counts = add_resources(args.data, args.out)
     print(f"wrote {args.out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0
@@ -265,6 +377,8 @@ def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
 
+    _check_dataset(args.data)
+    _check_out_file(args.out)
     hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags,
              "width_split": not args.no_width_split}
     result = train(args.data, args.out, folds=args.folds, first_graphs=args.graphs, fp32_dot=args.fp32_dot, **hyper)
@@ -279,6 +393,7 @@ def _cmd_costmodel_evaluate(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.learned import load
     from fusionsearch.costmodel.train import evaluate, format_figures
 
+    _check_dataset(args.data)
     figures = evaluate(load(args.model), args.data, fp32_dot=args.fp32_dot)
     print(format_figures(figures))
     print("(graphs the model was trained on score optimistically; `costmodel train` prints held-out figures)")
@@ -338,7 +453,12 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
 
     from fusionsearch.dynamo.backend import tune_model
     from fusionsearch.dynamo.plan_cache import default_cache_dir
+    from fusionsearch.search.study import BACKENDS
 
+    if args.backend not in BACKENDS:
+        raise SpecError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}")
+    if args.cache:
+        _check_cache_dir(args.cache)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     given = [_parse_input(t, device) for t in args.inputs] if args.inputs else None
     factory = _load_factory(args.target)
@@ -371,11 +491,26 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_cache_dir(path: str) -> None:
+    """The plan cache: an existing directory or a new one, in a place that can be written."""
+    if os.path.islink(path) and not os.path.exists(path):
+        raise SpecError(f"--cache {path!r} is a symbolic link to nothing ({os.readlink(path)!r}); name a directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SpecError(f"--cache {path!r} is a file, not a directory")
+    _check_writable_place(os.path.join(path, "plan") if os.path.isdir(path) else path, "--cache")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line on stderr (exit 2) as every other user error is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"fusionsearch: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fusionsearch import __version__
 
-    parser = argparse.ArgumentParser(prog="fusionsearch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="fusionsearch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"fusionsearch {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log the fusionsearch.* loggers on stderr: -v INFO, -vv DEBUG")
@@ -445,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto",
                    help="gpu (validate and time), interpret (validate in Triton's CPU interpreter, no time), "
                         "auto (gpu when present)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs")
     p.set_defaults(func=_cmd_run)
     p = sub.add_parser("tune-model", help="tune every matmul region of a PyTorch model into the plan cache")
     p.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY, a callable returning an nn.Module, "
@@ -453,19 +588,19 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(token ids, positions)")
     p.add_argument("--inputs", action="append", default=None,
                    help="an example input's shape and dtype, e.g. 16x4096:bfloat16 (repeat for each input)")
-    p.add_argument("--trials", type=int, default=32, help="trials per distinct matmul region (default 32)")
+    p.add_argument("--trials", type=_whole(1), default=32, help="trials per distinct matmul region (default 32)")
     p.add_argument("--backend", default="auto", help="auto (gpu when present), gpu, interpret (CPU), model")
     p.add_argument("--cache", default=None, help="plan cache directory (default $FUSIONSEARCH_CACHE_DIR/plans)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_tune_model)
     # ---- costmodel: collect / train / evaluate ----
     cm = sub.add_parser("costmodel", help="collect kernel timings, train and evaluate the learned cost model")
     cm_sub = cm.add_subparsers(dest="costmodel_command", required=True)
     p = cm_sub.add_parser("collect", help="measure sampled plans of random graphs on the GPU into a dataset")
-    p.add_argument("--graphs", type=int, default=100, help="random graphs to measure (default 100)")
-    p.add_argument("--plans-per-graph", type=int, default=12, help="plans sampled per graph (default 12)")
-    p.add_argument("--seed", type=int, default=0, help="first random graph's seed")
+    p.add_argument("--graphs", type=_whole(1), default=100, help="random graphs to measure (default 100)")
+    p.add_argument("--plans-per-graph", type=_whole(1), default=12, help="plans sampled per graph (default 12)")
+    p.add_argument("--seed", type=SEED, default=0, help="first random graph's seed")
     p.add_argument("--out", required=True, help="dataset file (appended; a killed run resumes where it stopped)")
     p.add_argument("--quiet", action="store_true", help="no per-graph progress lines")
     p.set_defaults(func=_cmd_costmodel_collect)
@@ -477,11 +612,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = cm_sub.add_parser("train", help="train a model on a measurements dataset; prints held-out figures")
     p.add_argument("data", help="measurements dataset (written by `costmodel collect`)")
     p.add_argument("--out", required=True, help="model file to write (.npz; a name ending .skops: a legacy skops file)")
-    p.add_argument("--folds", type=int, default=5, help="cross-validation folds, whole graphs held out (default 5)")
-    p.add_argument("--learning-rate", type=float, default=0.1, help="gradient boosting learning rate (default 0.1)")
-    p.add_argument("--max-iter", type=int, default=300, help="boosting iterations (default 300)")
-    p.add_argument("--bags", type=int, default=5, help="models averaged, each on 80%% of the graphs (default 5)")
-    p.add_argument("--graphs", type=int, default=None,
+    p.add_argument("--folds", type=_whole(2), default=5,
+                   help="cross-validation folds, whole graphs held out (default 5)")
+    p.add_argument("--learning-rate", type=_positive("a learning rate"), default=0.1,
+                   help="gradient boosting learning rate (default 0.1)")
+    p.add_argument("--max-iter", type=_whole(1), default=300, help="boosting iterations (default 300)")
+    p.add_argument("--bags", type=_whole(1), default=5, help="models averaged, each on 80%% of the graphs (default 5)")
+    p.add_argument("--graphs", type=_whole(1), default=None,
                    help="train on the first N graphs of the dataset only, in collection order (default: all)")
     p.add_argument("--no-width-split", action="store_true",
                    help="one set of models for every kernel (default: graphs with 16-bit matmul operands get "
@@ -523,7 +660,10 @@ def _log_handler(verbose: int, level: str | None) -> logging.Handler | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI: exit 0 on success, 2 on a user error (one line, no traceback), 1 on an internal failure."""
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits 2 with its own one-line message on bad arguments
+    try:
+        args = parser.parse_args(argv)  # a usage error: one line (_Parser.error); --help, --version: printed
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
     logger = logging.getLogger("fusionsearch")
     level, handler = logger.level, None
     try:

@@ -40,17 +40,20 @@ def test_python_dash_m_list() -> None:
         _line_of(proc.stdout, name)
 
 
-def test_unknown_subcommand_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["frobnicate"])
-    assert exc.value.code == 2
+def test_unknown_subcommand_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["frobnicate"]) == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'frobnicate'" in err and "list" in err
-    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("fusionsearch: error: ") and "fusionsearch --help" in err
 
 
-def test_no_subcommand_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        cli.main([])
-    assert exc.value.code == 2
-    assert "required" in capsys.readouterr().err
+def test_no_subcommand_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert "required" in err and err.count("\n") == 1
+
+
+def test_the_command_exits_with_mains_code() -> None:
+    proc = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "--trials", "x"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--trials" in proc.stderr, proc.stderr
