@@ -224,9 +224,13 @@ class Slots:
         (SELECT ... FOR UPDATE) and journal files refuse a second claimant themselves; SQLite ignores FOR UPDATE,
         so its claims take the file lock. A journal claim records its owner under that lock, so that a RUNNING
         trial without an owner seen under it is one whose claimant died between the two."""
+        beats = getattr(self.storage, "heartbeat_interval", None)
         with file_lock(lock_path(self.url)):
             waiting = self.storage.get_all_trials(self.study_id, deepcopy=False, states=(WAITING,))
             for t in waiting:
+                if beats:  # before the claim: Optuna never finds a RUNNING trial stale that has no heartbeat yet
+                    with contextlib.suppress(Exception):  # another claimant's row (a race on PostgreSQL) will do
+                        self.storage.record_heartbeat(t._trial_id)
                 try:
                     if self.storage.set_trial_state_values(t._trial_id, state=RUNNING):
                         if self.journal:

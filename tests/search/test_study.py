@@ -662,6 +662,49 @@ def test_a_resumed_study_reruns_the_trial_of_a_sigkilled_worker(tmp_path: Path, 
     assert states[-1].system_attrs["failed_trial"] == 3  # trial 3 laid out again
 
 
+KILLED_CLAIMING = textwrap.dedent("""
+    import os, signal, sys
+    import optuna
+    from fusionsearch.search import study as S
+    import fusionsearch as fs
+
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if sys.argv[1].startswith("journal:"):  # between the claim and the record of its owner
+        _set = optuna.storages.JournalStorage.set_trial_system_attr
+
+        def set_attr(self, trial_id, key, value):
+            if key == "fusionsearch:owner":
+                die()
+            _set(self, trial_id, key, value)
+
+        optuna.storages.JournalStorage.set_trial_system_attr = set_attr
+    else:  # between the claim and the trial's first heartbeat
+        S._Heartbeat.__enter__ = die
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
+    S.run_study(g, S.SearchOptions(trials=4, backend="model", storage=sys.argv[1], study_name="c", heartbeat_s=1,
+                                   cost_model="analytic"))
+""")
+
+
+@pytest.mark.parametrize("kind", STORAGE_KINDS)
+def test_a_worker_killed_right_after_its_claim_loses_nothing(tmp_path: Path, kind: str,
+                                                            storage_url: Callable[[str], str]) -> None:
+    """A worker killed between claiming a trial and its first heartbeat (RDB) or the record of its owner
+    (journal) left a RUNNING trial that nothing would ever find stale; the next run recovers it too."""
+    url = storage_url(kind)
+    script = tmp_path / "claiming.py"
+    script.write_text(KILLED_CLAIMING)
+    proc = subprocess.run([sys.executable, str(script), url], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert [t.state for t in _states(url, "c")].count(optuna.trial.TrialState.RUNNING) == 1
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    run_study(g, SearchOptions(trials=4, backend="model", storage=url, study_name="c", heartbeat_s=1))
+    states = [t.state for t in _states(url, "c")]
+    assert sum(s in FINISHED for s in states) == 4 and states.count(optuna.trial.TrialState.FAIL) == 1, states
+
+
 VICTIM_WORKERS = textwrap.dedent("""
     import os, sys, time
     from fusionsearch.search import study as S
