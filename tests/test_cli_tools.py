@@ -106,6 +106,24 @@ def test_studies_lists_each_study_with_its_graph_trials_and_best(tmp_path: Path,
     assert fs.workload("swiglu", M=16, D=64, H=64).signature_hash() in lines[2]
 
 
+def test_studies_counts_the_slots_not_laid_out_yet_as_waiting(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Slots are laid out as the workers need them: a study of 10**6 trials stopped by its timeout holds a few
+    trials, and the rest still wait."""
+    from fusionsearch.errors import FusionSearchError
+    from fusionsearch.search.study import SearchOptions, run_study
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=64)
+    try:
+        run_study(g, SearchOptions(trials=10**6, backend="model", storage=url, study_name="big", timeout=1.0))
+    except FusionSearchError:  # a busy machine: no trial in the time given
+        pass
+    assert main(["studies", "--storage", url]) == 0
+    complete, pruned, failed, waiting = map(int, capsys.readouterr().out.splitlines()[1].split()[-5:-1])
+    assert complete + pruned + failed + waiting == 10**6 and waiting > 10**6 - 1000
+
+
 def test_studies_of_a_storage_that_does_not_exist_is_a_one_line_error_and_creates_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _user_error(["studies", "--storage", f"sqlite:///{tmp_path / 'none.db'}"], capsys, "no such file")

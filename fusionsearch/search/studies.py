@@ -11,13 +11,15 @@ from typing import Any
 import optuna
 
 from fusionsearch.errors import SpecError
+from fusionsearch.search.slots import laid_out
 from fusionsearch.search.study import make_storage, redact
 
 
 @dataclass(frozen=True)
 class StudySummary:
     """One study: its name, the graph it searched ('' when it recorded none), its backend, trials by how they
-    ended, and its best trial's value (µs; measured on the gpu backend, predicted otherwise; None without)."""
+    ended (waiting: slots not run yet, laid out or not), and its best trial's value (µs; measured on the gpu
+    backend, predicted otherwise; None without)."""
 
     name: str
     graph_name: str
@@ -89,9 +91,10 @@ def _summary(name: str, attrs: dict[str, Any], trials: list[optuna.trial.FrozenT
     state = optuna.trial.TrialState
     by_state = {st: sum(t.state == st for t in trials) for st in state}
     values = [t.value for t in trials if t.state == state.COMPLETE and t.value is not None]
+    unlaid = max(0, int(attrs.get("slots", 0)) - laid_out(trials))  # slots are laid out as workers need them
     return StudySummary(name, str(attrs.get("graph_name", "")), str(attrs.get("graph", "")),
                         str(attrs.get("backend", "")), by_state[state.COMPLETE], by_state[state.PRUNED],
-                        by_state[state.FAIL], by_state[state.WAITING] + by_state[state.RUNNING],
+                        by_state[state.FAIL], by_state[state.WAITING] + by_state[state.RUNNING] + unlaid,
                         min(values) if values else None)
 
 
