@@ -1,7 +1,7 @@
 """Several worker processes on one study (search/workers.py; `--workers`, the Python API's `workers=`): they
 run exactly the study's trials between them, each trial records its worker, and a worker killed mid-trial
-loses nothing (its trial is failed on its stale heartbeat and retried, the rest run by the others or by the
-process that started them). On the CPU the workers use the model and interpret backends; one per GPU is
+loses nothing (its trial is failed, on its stale heartbeat or, on a journal file, its process gone, and laid
+out again; the rest run by the others or by the process that started them). On the CPU the workers use the model and interpret backends; one per GPU is
 the same code with CUDA_VISIBLE_DEVICES set per worker."""
 
 from __future__ import annotations
@@ -61,11 +61,13 @@ def _worker_pids(config_name: str) -> list[int]:
     return pids
 
 
-def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The first worker seen running a trial is SIGKILLed: that trial fails on its stale heartbeat and is
-    retried, every slot still finishes, and the search reports how the worker ended."""
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The first worker seen running a trial is SIGKILLed: that trial is failed (a stale heartbeat; a journal
+    trial's owner gone) and laid out again, every slot still finishes, and the search reports how the worker
+    ended."""
     g = fs.workload("mm_bias_gelu", M=16, K=64, N=64, dtype=torch.float32)
-    url = f"sqlite:///{tmp_path / 'study.db'}"
+    url = f"sqlite:///{tmp_path / 'study.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'study.log'}"
     # Triton templates only: a library matmul's trial validates in milliseconds, too short to be caught running
     opts = SearchOptions(trials=16, backend="interpret", workers=2, storage=url, study_name="kill", heartbeat_s=1,
                          cost_model="analytic", library=False)
