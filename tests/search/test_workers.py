@@ -1,8 +1,8 @@
 """Several worker processes on one study (search/workers.py; `--workers`, the Python API's `workers=`): they
 run exactly the study's trials between them, each trial records its worker, and a worker killed mid-trial
 loses nothing (its trial is failed, on its stale heartbeat or, on a journal file, its process gone, and laid
-out again; the rest run by the others or by the process that started them). On the CPU the workers use the model and interpret backends; one per GPU is
-the same code with CUDA_VISIBLE_DEVICES set per worker."""
+out again; the rest run by the others or by the process that started them). On the CPU the workers use the
+model and interpret backends; one per GPU is the same code with CUDA_VISIBLE_DEVICES set per worker."""
 
 from __future__ import annotations
 
