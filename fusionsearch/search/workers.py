@@ -3,8 +3,9 @@ CUDA_VISIBLE_DEVICES) or N on the CPU backends.
 
 The caller (run_study) lays the study out on a shared storage first; the workers join it and claim its
 waiting trials, exactly as workers started by hand with --storage/--study do. While they run, one progress
-bar over all of them is drawn from the storage. A worker that dies leaves its claimed trial for the storage's
-heartbeat to fail and retry, and the caller then joins the study itself, so no trial is lost. Each trial
+bar over all of them is drawn from the storage. A worker that dies leaves its claimed trial to be failed and laid
+out again (search/slots.py: by the RDB heartbeat, or on a journal file because its process is gone), and the
+caller then joins the study itself, so no trial is lost. Each trial
 records which worker ran it (user attr 'worker')."""
 
 from __future__ import annotations
