@@ -103,7 +103,7 @@ def _answer(request: str) -> list[dict[str, int] | None]:
 
     r = json.loads(request)
     g = graph_from_dict(r["graph"])
-    return [None if x is None else asdict(x) for x in plan_resources(Plan.from_dict(r["plan"], g), r["arch"],
+    return [None if x is None else asdict(x) for x in plan_resources(Plan.from_dict(r["plan"], g, None), r["arch"],
                                                                      **r["options"])]
 
 

@@ -170,8 +170,8 @@ def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | No
     plans = {(r["graph_id"], r["plan_id"]): r for r in rows if r.get("kernel_kind") == "template"}
     keys = list(plans)
     graphs = {gid: graph_from_dict(plans[(gid, pid)]["graph"]) for gid, pid in keys}
-    found = dict(zip(keys, many_plan_resources([Plan.from_dict(plans[k]["plan"], graphs[k[0]]) for k in keys], arch,
-                                               workers), strict=True))
+    measured = [Plan.from_dict(plans[k]["plan"], graphs[k[0]], None) for k in keys]  # whatever tile each ran
+    found = dict(zip(keys, many_plan_resources(measured, arch, workers), strict=True))
     counts = {"compiled": 0, "not compiled": 0, "other kernels": 0}
     for r in rows:
         per_kernel = found.get((r["graph_id"], r["plan_id"]))

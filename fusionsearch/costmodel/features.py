@@ -311,7 +311,7 @@ def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None],
         g = graphs[gid]
         if g is None:
             return None
-        plan = Plan.from_dict(row["plan"], g)
+        plan = Plan.from_dict(row["plan"], g, None)  # measured rows: whatever tile they ran
         return plan_features(plan, hw, [compiled.get(i) for i in range(len(plan.kernels))])
     except (FusionSearchError, ValueError):
         graphs.setdefault(gid, None)

@@ -42,7 +42,7 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
         from fusionsearch.search.plan import Plan
 
         g = graph_from_dict(spec)
-        plan = Plan.from_json(plan_json, g)
+        plan = Plan.from_json(plan_json, g, None)
         inputs = zero_inputs(g, device=device)
         compiled = plan.compile()
         compiled(*inputs)

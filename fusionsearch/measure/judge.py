@@ -62,7 +62,7 @@ def validated(state: MeasureState, plan_json: str) -> tuple[Any, float, dict[str
     from fusionsearch.measure.validate import validate
     from fusionsearch.search.plan import Plan
 
-    plan = Plan.from_json(plan_json, state.graph)
+    plan = Plan.from_json(plan_json, state.graph, None)
     v = validate(plan, state.graph, state.inputs, seed=state.seed, refs=state.refs())
     return plan, v.rel_err, None if v.ok else {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
 
@@ -101,7 +101,7 @@ def retime_plans(state: MeasureState, plan_jsons: Sequence[str], rounds: int = 5
     calls: dict[str, Any] = {}
     for i, plan_json in enumerate(plan_jsons):
         try:
-            run = Plan.from_json(plan_json, state.graph).compile().module.run
+            run = Plan.from_json(plan_json, state.graph, None).compile().module.run
         except Exception:  # it compiled when it was judged; whatever stops it now leaves it out
             continue
         calls[str(i)] = (lambda run=run: run(*state.inputs))

@@ -395,7 +395,7 @@ def test_a_config_beyond_the_gpus_shared_memory_is_refused_naming_it() -> None:
     with pytest.raises(PlanError, match=message):
         Plan.from_json(json.dumps(data), g)
     with pytest.raises(PlanError, match=message):
-        P.fully_fused(g).with_config(big).check()
+        P.fully_fused(g).with_config(big).check(232448)
     fits_h200 = TileConfig(block_m=64, block_n=64, block_k=64, num_stages=6)  # 196608 bytes in fp32
     data["kernels"][0]["config"] = dataclasses.asdict(fits_h200)
     assert Plan.from_json(json.dumps(data), g).kernels[0].config == fits_h200
