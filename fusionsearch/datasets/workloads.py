@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from fusionsearch.errors import GraphError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.graph.registry import dtype_from_name, dtype_name
+from fusionsearch.graph.registry import dtype_from_name, dtype_name, show
 
 
 def _w8_dequant_mm(dt: torch.dtype, M: int, K: int, N: int) -> OpGraph:
@@ -153,8 +153,8 @@ def list_workloads() -> list[str]:
 
 
 def get_workload(name: str) -> Workload:
-    if name not in WORKLOADS:
-        raise GraphError(f"unknown workload {name!r}; built-in workloads: {', '.join(WORKLOADS)}")
+    if not isinstance(name, str) or name not in WORKLOADS:
+        raise GraphError(f"unknown workload {show(name)}; built-in workloads: {', '.join(WORKLOADS)}")
     return WORKLOADS[name]
 
 
@@ -168,5 +168,5 @@ def workload(name: str, dtype: torch.dtype | str = torch.bfloat16, **shape: int)
     full = {**w.defaults, **shape}
     for key, value in full.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise GraphError(f"workload {name!r}: shape parameter {key}={value!r} must be a positive integer")
+            raise GraphError(f"workload {name!r}: shape parameter {key}={show(value)} must be a positive integer")
     return w.build(dtype_from_name(dtype, f"workload {name!r}"), **full)
