@@ -205,7 +205,8 @@ class Slots:
                 yield
 
     def top_up(self) -> int:
-        """Lay out slots until AHEAD wait or all `total` are laid out; returns how many were added."""
+        """Lay out slots until AHEAD wait or all `total` are laid out; returns how many wait now (0 once every slot
+        was seen laid out: a worker that then finds none waiting has nothing left to lay out)."""
         if self.full:
             return 0
         with self.lock():
@@ -217,7 +218,7 @@ class Slots:
                 params = self.seeds[k] if k < len(self.seeds) else {}
                 self.study.add_trial(optuna.trial.create_trial(state=WAITING, system_attrs={"fixed_params": params}))
             self.full = laid + add >= self.total
-        return add
+        return waiting + add
 
     def claim(self) -> tuple[int | None, bool]:
         """Atomically take one waiting slot: (its trial id or None, whether few are left waiting). PostgreSQL/MySQL

@@ -656,7 +656,7 @@ def _work(slots: Slots, objective: Objective, deadline: float | None, bar: _Prog
             beats[trial.number].__enter__()  # from the claim on: a worker killed while preparing is noticed too
             batch.append(trial)
         if not batch:
-            if slots.top_up() or slots.recover():
+            if slots.top_up() or slots.recover():  # slots waiting (laid out by now, here or by another worker)
                 continue
             running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
             if heartbeat and running and time.time() < (waiting_since := waiting_since or time.time()) + 4 * (
