@@ -117,6 +117,7 @@ class OpGraph:
         self.outputs: list[str] = []
         self._counter = 0
         self._topo: list[str] | None = None  # cache, cleared whenever a node is added
+        self._position: dict[str, int] = {}
 
     # ---- building ------------------------------------------------------------------------------
     def _fresh(self, op: str) -> str:
@@ -245,7 +246,26 @@ class OpGraph:
         if self._topo is None:
             order = {n: i for i, n in enumerate(self.nx.nodes)}
             self._topo = list(nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]))
+            self._position = {n: i for i, n in enumerate(self._topo)}
         return list(self._topo)
+
+    def position(self, name: str) -> int:
+        """`name`'s index in topo_order(): a node can only reach nodes at larger positions, which bounds the
+        walks that legality checks make."""
+        if self._topo is None:
+            self.topo_order()
+        return self._position[name]
+
+    def descendants_until(self, name: str, last: int) -> set[str]:
+        """The descendants of `name` at positions up to `last` (all that can lie on a path to a node there)."""
+        seen: set[str] = set()
+        frontier = [name]
+        while frontier:
+            for m in self.nx.successors(frontier.pop()):
+                if m not in seen and self.position(m) <= last:
+                    seen.add(m)
+                    frontier.append(m)
+        return seen
 
     def consumers(self, name: str) -> list[str]:
         return list(self.nx.successors(name))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
@@ -416,7 +417,8 @@ def _check_kernel(g: OpGraph, k: Kernel, i: int) -> None:
                 raise PlanError(f"{where}: {n!r} does not feed operand {side} ({root!r}), so it cannot be its prologue")
     out_shape = mm.shape
     inside = set(k.epilogue)
-    after = nx.descendants(g.nx, k.matmul) if k.epilogue else set()  # once: linear in the graph, not per node
+    # once a kernel, and only as far as its last epilogue node: a path from the matmul to one ends before it
+    after = g.descendants_until(k.matmul, max(map(g.position, k.epilogue))) if k.epilogue else set()
     for n in k.epilogue:
         node = g.node(n)
         if node.kind not in ("pointwise", "layout", "indexing"):
@@ -503,7 +505,7 @@ def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[s
             kernels.append(LibraryKernel(n))
         elif node.kind == "template":
             kernels.append(TemplateKernel(n, tuple(pro.get((n, "A"), ())), tuple(pro.get((n, "B"), ())),
-                                          tuple(epi.get(n, ())), configs.get(n, default_config(g, n))))
+                                          tuple(epi.get(n, ())), configs.get(n) or _default_config(g, n)))
         elif node.kind == "extern":
             kernels.append(ExternKernel(n))
     kernels += [PointwiseKernel(tuple(nodes)) for nodes in groups.values()]
@@ -529,6 +531,18 @@ def _order_kernels(g: OpGraph, kernels: Sequence[Kernel]) -> list[Kernel]:
     except nx.NetworkXUnfeasible:
         raise PlanError("these fusion choices make two kernels wait on each other (a cycle); "
                         "fuse differently") from None
+
+
+_DEFAULTS: weakref.WeakKeyDictionary[OpGraph, dict[str, TileConfig]] = weakref.WeakKeyDictionary()
+
+
+def _default_config(g: OpGraph, mm: str) -> TileConfig:
+    """default_config, kept per graph and matmul (a node's shape never changes once added): build_plan asks for
+    every matmul's, every plan it builds."""
+    known = _DEFAULTS.setdefault(g, {})
+    if mm not in known:
+        known[mm] = default_config(g, mm)
+    return known[mm]
 
 
 def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfig:

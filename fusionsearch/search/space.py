@@ -179,7 +179,8 @@ def _stages(g: OpGraph, order: list[str], comp: set[str]) -> dict[str, int]:
     """Per member of `comp`, how many times the longest path from the component to it leaves the component
     and comes back: members of one stage never reach one another through a node outside the component."""
     depth: dict[str, int] = {}
-    for n in order:
+    positions = [g.position(n) for n in comp]
+    for n in order[min(positions):max(positions) + 1]:  # nothing outside can lead back into the component
         ins = [depth[s] + (1 if n in comp and s not in comp else 0) for s in g.node(n).inputs if s in depth]
         if n in comp or ins:
             depth[n] = max(ins, default=0)
