@@ -249,3 +249,16 @@ def test_the_hardware_words_say_measured_or_whose_profile() -> None:
         "estimated for NVIDIA H200 (the cost model's hardware profile; this machine has no GPU)"
     assert hardware_words("interpret", "NVIDIA H100", gpu_here=True) == \
         "estimated for NVIDIA H100 (the cost model's profile of this machine's GPU)"
+
+
+def test_run_checks_a_bf16_plan_on_a_float16_copy_in_the_interpreter(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Triton's interpreter miscomputes bfloat16: a saved bf16 plan is validated on a float16 copy, saying so."""
+    out = tmp_path / "bf16"
+    assert main(["search", "swiglu", "--shape", "M=16,D=64,H=64", "--trials", "3", "--backend", "interpret",
+                 "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(out), "--backend", "interpret"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("ok: rel error") and "on a float16 copy of the bfloat16 graph" in lines[1]
+    assert "(tolerance 0.001)" in lines[1]  # float16's tolerance, the copy's
