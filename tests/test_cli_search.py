@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import user_error as _user_error
 
 import fusionsearch as fs
 from fusionsearch.cli import main
@@ -89,17 +90,6 @@ def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFix
         assert main(["explain", str(searched)]) == 0
         assert f"plan: analytic model {analytic:.1f} us, learned ({hw.name}) model {learned:.1f} us" in \
             capsys.readouterr().out
-
-
-def _user_error(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    err = captured.err
-    assert err.count("\n") == 1 and err.startswith("fusionsearch: error: "), err
-    assert "Traceback" not in err + captured.out
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 @pytest.mark.parametrize(("extra", "words"), [

@@ -13,23 +13,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+from cli_helpers import user_error as _user_error
 
 import fusionsearch as fs
 from fusionsearch.cli import main
 from fusionsearch.measure.validate import Validation
 
 TINY = ["mm_bias_gelu", "--shape", "M=16,K=64,N=64", "--dtype", "float32", "--backend", "model", "--quiet"]
-
-
-def _user_error(argv: list[str], capsys: pytest.CaptureFixture[str], *words: str) -> str:
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    err = captured.err
-    assert err.count("\n") == 1 and err.startswith("fusionsearch: error: "), err
-    assert "Traceback" not in err + captured.out
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 # ---- --version -------------------------------------------------------------------------------------------
