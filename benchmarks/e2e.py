@@ -41,6 +41,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.models import llama, moe  # noqa: E402
+from benchmarks.suite import write_json  # noqa: E402
 
 MODES = ("eager", "torch_compile", "reduce_overhead", "max_autotune", "max_autotune_no_cudagraphs", "fusionsearch")
 TORCH_MODES = {"torch_compile": "default", "reduce_overhead": "reduce-overhead", "max_autotune": "max-autotune",
@@ -319,9 +320,7 @@ def plot(report: dict[str, Any], path: str) -> bool:
 
 
 def write_report(report: dict[str, Any], out: str) -> str:
-    with open(os.path.join(out, "e2e.json.tmp"), "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(os.path.join(out, "e2e.json.tmp"), os.path.join(out, "e2e.json"))
+    write_json(report, os.path.join(out, "e2e.json"))
     table = markdown(report)
     with open(os.path.join(out, "e2e.md"), "w") as f:
         f.write(table + "\n")

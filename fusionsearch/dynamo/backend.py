@@ -30,7 +30,15 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fusionsearch.dynamo.cudagraph import GraphedStep
 from fusionsearch.dynamo.plan_cache import PlanCache
-from fusionsearch.dynamo.race import INDUCTOR, INDUCTOR_MODES, RegionChoice, Timer, inductor_options, race
+from fusionsearch.dynamo.race import (
+    INDUCTOR,
+    INDUCTOR_MODES,
+    RegionChoice,
+    Timer,
+    inductor_options,
+    race,
+    us_text,
+)
 from fusionsearch.dynamo.regions import Region, partition
 from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
@@ -104,14 +112,10 @@ class BackendStats:
             return "no region was raced against Inductor (the race runs on a GPU)"
         lines = []
         for c in self.choices.values():
-            times = f"fusionsearch {_us(c.ours_us)} us, inductor ({c.mode}) {_us(c.inductor_us)} us"
+            times = f"fusionsearch {us_text(c.ours_us)} us, inductor ({c.mode}) {us_text(c.inductor_us)} us"
             lines.append(f"{c.label}: {c.chosen} kept ({times})" + (f"; {c.reason}" if c.reason else ""))
             lines += [f"    {line}" for line in c.fusion.splitlines()]
         return "\n".join(lines)
-
-
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 @dataclass(frozen=True)
@@ -248,8 +252,9 @@ class _Compiler:
         """A progress bar over the matmul regions, when at least one of them has no plan in the cache yet (a
         search takes seconds to minutes a region); None when all are cached."""
         tuned = [r for r in regions if r.tuned]
-        missing = {r.graph.signature_hash() for r in tuned if self.cache.load_entry(
-            self.cache.key(r.graph, device, self.options.search_settings()), r.graph) is None}
+        distinct = {r.graph.signature_hash(): r.graph for r in tuned}  # a 32-layer model: a handful to look up
+        missing = [sig for sig, g in distinct.items()
+                   if self.cache.load_entry(self.cache.key(g, device, self.options.search_settings()), g) is None]
         if not missing:
             return None
         from tqdm import tqdm
@@ -294,10 +299,10 @@ class _Compiler:
                               **({"race": choice.to_dict()} if choice is not None else {})})
         if choice is not None:
             self.stats.choices.setdefault(g.signature_hash(), choice)
-        kept_us = [t for t in ((choice.ours_us if choice.chosen != INDUCTOR else choice.inductor_us),)
-                   if t is not None] if choice is not None else []
-        if kept_us or best_us is not None:
-            self.stats.best_us.setdefault(g.signature_hash(), float(kept_us[0] if kept_us else best_us))
+        kept = None if choice is None else choice.inductor_us if choice.chosen == INDUCTOR else choice.ours_us
+        figure = kept if kept is not None else best_us
+        if figure is not None:
+            self.stats.best_us.setdefault(g.signature_hash(), float(figure))
         if choice is not None and choice.chosen == INDUCTOR:
             return _Step(theirs or _lazy_inductor(g, self.options.inductor), region, "inductor")
         return _Step(ours or plan.compile().module.run, region, "plan")

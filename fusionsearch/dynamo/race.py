@@ -108,7 +108,7 @@ def race(g: OpGraph, label: str, ours: Callable[..., list[torch.Tensor]] | None,
     chosen = min(times, key=times.__getitem__)
     choice = RegionChoice(label, chosen, times.get(OURS), times.get(INDUCTOR), fusion, mode, "; ".join(reasons))
     log.info("fusionsearch backend: region %s: fusionsearch %s us, inductor %s us: %s", label,
-             _us(choice.ours_us), _us(choice.inductor_us), chosen)
+             us_text(choice.ours_us), us_text(choice.inductor_us), chosen)
     return choice, theirs
 
 
@@ -139,14 +139,13 @@ def _warmed(fn: Callable[[], object]) -> Callable[[], object]:
 def _graphed(fn: Callable[[], object]) -> Callable[[], object]:
     """`fn` captured in a CUDA graph (after one call outside it, which compiles and allocates what it keeps);
     returns the graph's replay."""
+    from fusionsearch.dynamo.cudagraph import capture
+
     fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    torch.cuda.synchronize()
+    graph, _ = capture(lambda: [fn()])
     return graph.replay
 
 
-def _us(value: float | None) -> str:
+def us_text(value: float | None) -> str:
+    """A time (µs) as the race reports it: one decimal, '-' for a candidate that did not run."""
     return "-" if value is None else f"{value:.1f}"
