@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -72,8 +73,9 @@ class _Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-def _raced(tmp_path: Path, faster: str) -> tuple[torch.Tensor, torch.Tensor, object, list[dict[str, float]]]:
-    """The block compiled with a timer that reports `faster` 10x faster than the other candidate."""
+def _raced(tmp_path: Path, faster: str) -> tuple[Any, torch.Tensor, object, list[dict[str, float]]]:
+    """The block compiled with a timer that reports `faster` 10x faster than the other candidate: the compiled
+    block, its input, the backend, and what the timer was asked."""
     from fusionsearch.dynamo.backend import BackendOptions, _Compiler
 
     asked: list[dict[str, float]] = []
@@ -90,17 +92,32 @@ def _raced(tmp_path: Path, faster: str) -> tuple[torch.Tensor, torch.Tensor, obj
     compiler = _Compiler(BackendOptions(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model",
                                         inductor="default"), timer=timer)
     x = torch.randn(8, 32)
+    compiled = torch.compile(block, backend=compiler, dynamic=False)
     with torch.no_grad():
-        out = torch.compile(block, backend=compiler, dynamic=False)(x)
-        ref = block(x)
-    return out, ref, compiler, asked
+        out = compiled(x)
+        assert torch.allclose(out, block(x), rtol=1e-5, atol=1e-5)
+    return compiled, x, compiler, asked
 
 
 @pytest.mark.parametrize("faster", ["inductor", "fusionsearch"])
-def test_each_region_keeps_the_code_its_race_finds_faster(tmp_path: Path, faster: str) -> None:
-    out, ref, compiler, asked = _raced(tmp_path, faster)
-    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+def test_each_region_keeps_the_code_its_race_finds_faster(tmp_path: Path, faster: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionsearch.dynamo import race
+
+    calls: list[int] = []  # each call of Inductor's code for a region
+    compile_region = race.inductor_region
+
+    def counted(*args: Any) -> Any:
+        compiled_region = compile_region(*args)
+        return lambda *t: calls.append(1) or compiled_region(*t)
+
+    monkeypatch.setattr(race, "inductor_region", counted)
+    compiled, x, compiler, asked = _raced(tmp_path, faster)
     assert len(asked) == 2 and all(set(t) == {"inductor", "fusionsearch"} for t in asked)
+    before = len(calls)
+    with torch.no_grad():
+        compiled(x)
+    assert len(calls) - before == (2 if faster == "inductor" else 0)  # the kept code is what a step runs
     choices = list(compiler.stats.choices.values())
     assert [c.chosen for c in choices] == [faster, faster]
     assert all(c.mode == "default" and c.ours_us and c.inductor_us for c in choices)
