@@ -148,7 +148,7 @@ def capture_program(fn_or_module: Callable[..., Any], *example_inputs: Any, **ex
     one more output of the graph (see CapturedProgram)."""
     if not callable(fn_or_module):
         raise GraphError(f"capture needs a function or nn.Module, got {type(fn_or_module).__name__}")
-    fn, names, flat = _flatten(fn_or_module, list(example_inputs), example_kwargs)
+    fn, names, flat, slots = _flatten(fn_or_module, list(example_inputs), example_kwargs)
     gm = _trace(fn, flat)
     builder = _Builder(gm)
     g = builder.build(names, flat)
@@ -156,18 +156,17 @@ def capture_program(fn_or_module: Callable[..., Any], *example_inputs: Any, **ex
     if builder.mutations:
         g.set_outputs([*g.outputs, *(value for _, value in builder.mutations)])
     target = fn_or_module.forward if isinstance(fn_or_module, torch.nn.Module) else fn_or_module
-    slots = _argument_slots(target, list(example_inputs), example_kwargs)
-    state = module_state(fn_or_module) if isinstance(fn_or_module, torch.nn.Module) else []
-    signature = CallSignature(target, tuple(n for n, _ in slots),
-                              tuple(TENSOR if isinstance(v, torch.Tensor) else v for _, v in slots), tuple(state),
-                              getattr(fn, "out_spec", None))
+    constants = tuple(TENSOR if isinstance(v, torch.Tensor) else v for _, v in slots)
+    state = tuple(flat[sum(c is TENSOR for c in constants):])  # the module's parameters and buffers
+    signature = CallSignature(target, tuple(n for n, _ in slots), constants, state, getattr(fn, "out_spec", None))
     return CapturedProgram(g, returned, tuple(name for name, _ in builder.mutations), signature)
 
 
 def _flatten(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
-             ) -> tuple[Callable[..., Any], list[str], list[torch.Tensor]]:
+             ) -> tuple[Callable[..., Any], list[str], list[torch.Tensor], list[tuple[str, Any]]]:
     """A function of tensors only, its input names and example values: tensor arguments (positional or
-    keyword) become inputs, other arguments constants of the trace, module state trailing inputs."""
+    keyword) become inputs, other arguments constants of the trace, module state trailing inputs; and the
+    arguments as given, (name, value) each."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     slots = _argument_slots(target, args, kwargs)
     tensors = [(name, value) for name, value in slots if isinstance(value, torch.Tensor)]
@@ -191,7 +190,7 @@ def _flatten(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
         call.out_spec = tree_flatten(out)[1]  # type: ignore[attr-defined]  # the structure the caller gets back
         return out
 
-    return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state]
+    return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state], slots
 
 
 def _argument_slots(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
