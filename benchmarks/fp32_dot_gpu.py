@@ -25,11 +25,12 @@ from typing import Any
 import torch
 
 import fusionsearch as fs
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.errors import failure_reason
 from fusionsearch.measure.bench import time_callable
 from fusionsearch.measure.validate import TOLERANCE, rel_error
-from fusionsearch.search.plan import heuristic
+from fusionsearch.plan import heuristic
 from fusionsearch.search.space import config_candidates
 
 MODES = ("ieee", "tf32x3", "tf32")
@@ -80,7 +81,7 @@ def plan_rows(label: str, g: Any, inputs: list[torch.Tensor], ref: list[torch.Te
         for mode in MODES:
             row: dict[str, Any] = {"case": label, "kind": mode, "config": cfg.short(), "plan": plan.describe()}
             try:
-                compiled = plan.compile(fp32_dot=mode)
+                compiled = compile_plan(plan, fp32_dot=mode)
                 outs = compiled(*inputs)
                 if inputs[0].is_cuda:
                     torch.cuda.synchronize()

@@ -27,8 +27,9 @@ import torch
 import triton
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
-from fusionsearch.search import plan as P
 
 FLUSH_BYTES = 256 * 2**20  # as triton.testing.do_bench's cache buffer
 
@@ -110,7 +111,7 @@ def measure_case(case: dict[str, Any], calls: int) -> dict[str, Any]:
     fn = WORKLOADS[case["workload"]].torch_fn
     torch._dynamo.reset()
     compiled = torch.compile(fn)
-    plan_run = library_plan(g).compile().module.run
+    plan_run = compile_plan(library_plan(g)).module.run
     variants = {"eager": lambda: fn(*inputs), "torch.compile": lambda: compiled(*inputs),
                 "plan": lambda: plan_run(*inputs)}
     row: dict[str, Any] = {"case": case_name(case), "variants": {}}

@@ -21,9 +21,10 @@ import triton
 import triton.testing
 
 import fusionsearch as fs
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.measure import validate
-from fusionsearch.search.plan import fully_fused, heuristic, unfused
+from fusionsearch.plan import fully_fused, heuristic, unfused
 
 CASES = [("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}), ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}),
          ("gather_mm", {"M": 64, "K": 4096, "N": 4096, "T": 32000}), ("swiglu", {"M": 16, "D": 4096, "H": 11008})]
@@ -55,7 +56,7 @@ def graph_us(fn: Any) -> float:
 
 def measure(name: str, shape: dict[str, int], label: str, plan: Any, inputs: Any, **options: Any) -> dict[str, Any]:
     """One plan compiled with codegen `options`: validated, then timed three ways."""
-    compiled = plan.compile(**options)
+    compiled = compile_plan(plan, **options)
     run = compiled.module.run
     src = compiled.source
     fn = lambda: run(*inputs)  # noqa: E731

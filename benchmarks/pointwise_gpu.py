@@ -20,9 +20,10 @@ import torch.nn.functional as F
 import triton
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen import pointwise
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import REFERENCE_CASES, case_name, get_workload
-from fusionsearch.search import plan as P
 
 GRID = [(1024, 4), (2048, 4), (4096, 4), (1024, 8), (2048, 8), (4096, 8)]
 
@@ -85,11 +86,11 @@ def main() -> None:
         row["valid"] = ok.ok
         for xblock, warps in GRID:
             pointwise.XBLOCK, pointwise.NUM_WARPS = xblock, warps
-            steps, _ = plan.compile().module.steps(*inputs)
+            steps, _ = compile_plan(plan).module.steps(*inputs)
             us = sum(triton.testing.do_bench(steps[i], warmup=25, rep=100) * 1e3 for i in kernels)
             row["grid"].append({"xblock": xblock, "num_warps": warps, "pointwise_us": us})
         pointwise.XBLOCK, pointwise.NUM_WARPS = GRID[0]
-        row["peak_mb_plan"] = peak_mb(plan.compile().module.run, inputs)
+        row["peak_mb_plan"] = peak_mb(compile_plan(plan).module.run, inputs)
         row["peak_mb_eager"] = peak_mb(get_workload(case["workload"]).torch_fn, inputs)
         rows.append(row)
         best = min(row["grid"], key=lambda r: r["pointwise_us"])

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 import fusionsearch as fs
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.codegen.templates import Problem, problem
 from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
@@ -46,7 +47,7 @@ from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
 from fusionsearch.measure.bench import kernel_times, measure_ceilings, time_interleaved
-from fusionsearch.search.plan import TileConfig
+from fusionsearch.plan import TileConfig
 from fusionsearch.search.study import SearchOptions, run_study
 
 # Variants in the order they are measured, tabled and drawn, with their column labels.
@@ -233,7 +234,7 @@ def measure_plan(plan: Any, inputs: Sequence[torch.Tensor], refs: Sequence[torch
                  options: dict[str, Any] | None = None) -> dict[str, Any]:
     """One plan compiled with codegen `options`: checked against eager (after a first call, so that the
     checked call is a direct launch like the timed ones), then timed."""
-    run = plan.compile(**(options or {})).module.run
+    run = compile_plan(plan, **(options or {})).module.run
     run(*inputs)
     outs = as_list(run(*inputs))
     torch.cuda.synchronize()

@@ -32,9 +32,10 @@ import triton
 import triton.language as tl
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.errors import failure_reason
-from fusionsearch.search import plan as P
 
 M = 16
 PLAN_CFG = P.TileConfig(block_m=16, block_n=64, block_k=128, group_m=8, split_k=4, num_warps=4, num_stages=3)
@@ -291,7 +292,7 @@ class Bench:
             decisions = {nd: ("prologue", mm, "B") for nd in g.nodes_of_kind("pointwise")}
             plan = P.build_plan(g, decisions, {mm: cfg})
             row["plan"] = plan.describe()
-            mod = plan.compile().module
+            mod = compile_plan(plan).module
             inputs = [self.x, self.w, self.s]
             y = mod.run(*inputs)[0]
             if self.device.type == "cuda":

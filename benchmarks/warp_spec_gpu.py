@@ -25,10 +25,11 @@ import torch
 import triton
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.datasets.workloads import REFERENCE_CASES, case_name
 from fusionsearch.errors import failure_reason
-from fusionsearch.search import plan as P
 
 TILES = (P.TileConfig(128, 256, 64, 8, 1, 8, 3), P.TileConfig(128, 128, 64, 8, 1, 4, 4))
 VARIANTS = {"plain": {}, "persistent + TMA": {"persistent": True, "tma_loads": True},
@@ -54,7 +55,7 @@ def timed_plan(plan: Any, g: Any, inputs: list[torch.Tensor], refs: list[torch.T
         v = fs.measure.validate(plan, g, inputs, refs=refs, **options)
         if not v.ok:
             return {"error": "invalid: " + v.reason}
-        run = plan.compile(**options).module.run
+        run = compile_plan(plan, **options).module.run
         return {"us": bench(lambda: run(*inputs))}
     except Exception as e:  # one variant's failure is its own
         return {"error": failure_reason(e, 300)}

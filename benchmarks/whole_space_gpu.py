@@ -24,13 +24,14 @@ import time
 import torch
 
 import fusionsearch as fs
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.costmodel.collect import hardware_signature
 from fusionsearch.datasets.workloads import REFERENCE_CASES, case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.measure.bench import time_interleaved
 from fusionsearch.measure.isolate import CompilePool
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 from fusionsearch.search.space import enumerate_space
 from fusionsearch.search.study import SearchOptions, run_study
 
@@ -67,7 +68,7 @@ def side_by_side(g: fs.OpGraph, pick_json: str, best_json: str, inputs: list, ro
         return {"regret": 0.0}
     runs = {}
     for key, pj in (("pick", pick_json), ("best", best_json)):
-        run = Plan.from_json(pj, g).compile().module.run
+        run = compile_plan(Plan.from_json(pj, g)).module.run
         runs[key] = (lambda r: lambda: r(*inputs))(run)
     try:
         by_round = time_interleaved(runs, rounds=rounds)

@@ -2,7 +2,8 @@
 
 Public API (see README): workloads, capture, graph specs, the reference executor, plans, measurement."""
 
-from fusionsearch import costmodel, measure, search
+from fusionsearch import costmodel, measure, plan, search
+from fusionsearch.codegen.runtime import compile_plan, export_plan
 from fusionsearch.datasets.workloads import list_workloads, workload
 from fusionsearch.errors import (
     CodegenError,
@@ -43,6 +44,6 @@ def tune(fn_or_graph, *example_inputs, **options):  # type: ignore[no-untyped-de
 
 __all__ = [
     "CodegenError", "CostModelError", "FusionSearchError", "GraphError", "MeasureError", "OpGraph", "PlanError",
-    "SpecError", "backend", "capture", "costmodel", "list_workloads", "load_graph", "measure", "random_inputs",
-    "reference", "search", "tune", "workload",
+    "SpecError", "backend", "capture", "compile_plan", "costmodel", "export_plan", "list_workloads", "load_graph",
+    "measure", "plan", "random_inputs", "reference", "search", "tune", "workload",
 ]

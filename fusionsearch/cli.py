@@ -235,8 +235,8 @@ def _write_out(res: Any, out: str) -> None:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.graph.spec import load_graph
+    from fusionsearch.plan import Plan
     from fusionsearch.search.facts import plan_facts
-    from fusionsearch.search.plan import Plan
 
     path = os.path.join(args.plan, "plan.json") if os.path.isdir(args.plan) else args.plan
     if not os.path.isfile(path):
@@ -367,7 +367,7 @@ def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
 
 
 def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
-    from fusionsearch.codegen.templates import FP32_DOT, FP32_DOTS
+    from fusionsearch.plan import FP32_DOT, FP32_DOTS
 
     p.add_argument("--fp32-dot", choices=tuple(FP32_DOTS), default=FP32_DOT,
                    help=f"the rows of fp32 matmuls measured with this dot precision (default {FP32_DOT}, the code "

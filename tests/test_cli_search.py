@@ -15,7 +15,7 @@ from cli_helpers import user_error as _user_error
 
 import fusionsearch as fs
 from fusionsearch.cli import main
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 SEARCH = ["search", "mm_bias_gelu", "--shape", "M=16,K=64,N=64", "--trials", "6", "--backend", "model", "--quiet"]
 OUTPUTS = ("plan.json", "graph.json", "fusionsearch_plan.py", "report.md", "result.json")

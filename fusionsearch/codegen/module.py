@@ -4,16 +4,17 @@ intermediates and launches the kernels in order. The same source runs in-process
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.pointwise import generate_pointwise
-from fusionsearch.codegen.templates import FP32_DOT, generate_template
+from fusionsearch.codegen.templates import generate_template
 from fusionsearch.errors import CodegenError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import dtype_name
-from fusionsearch.search.plan import ExternKernel, LibraryKernel, Plan, PointwiseKernel, TemplateKernel
+from fusionsearch.plan import ExternKernel, LibraryKernel, Plan, PointwiseKernel, TemplateKernel
 
 PRELUDE = '''\
 import os
@@ -285,32 +286,16 @@ class PlanModule:
     externs: list[dict[str, object]]
 
 
-def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: bool = True,
-                    upcast_pointwise: bool = True, serial_split_k: bool = True, tma_loads: bool = False,
-                    persistent: bool = False, split_epilogue: bool = False,
-                    warp_specialize: bool = False, fp32_dot: str = FP32_DOT) -> PlanModule:
-    """Generate the whole plan as one module; a pure function of (graph, plan, options).
+def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
+    """Generate the whole plan as one module; a pure function of (graph, plan): the plan's CodegenOptions say
+    how, and `overrides` (CodegenOptions' names) replace some of them for this call.
 
     The module has `run(*inputs)` (allocate, launch every step, return the outputs) and `steps(*inputs)`,
     which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone.
     Both first refuse inputs of another count, shape, dtype or device than the graph's (the module's
-    `InputError`, a ValueError naming the input's position and what it must be): the kernels would read past them.
-    A split-K matmul is one launch (`serial_split_k`: its tile's last split sums the partials and runs the
-    epilogue); `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200
-    the one launch lowered do_bench time in 10 of 12 plans measured
-    (benchmarks/results/h200-2026-12-03-launch-overhead/). `tma_loads`: operand tiles of contiguous 2-D
-    tensors read through TMA tensor descriptors (Hopper and later); such inputs must be 16-byte aligned.
-    `persistent`: templates without split-K launch one program per multiprocessor, each looping over tiles
-    (so one tile's epilogue and stores can overlap the next tile's loads). `split_epilogue`: each template
-    finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
-    epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
-    loop (load and MMA warps apart) instead of the flattened one. `fp32_dot`: how matmuls of fp32 operands
-    multiply: "tf32x3" (default since 2026-12-04: each operand split into two tf32 parts, three tensor-core
-    products; within 7e-7 of float64 on the H200 where eager's exact fp32 is within 1.6e-6), "ieee" (exact fp32
-    products on the FMA units, as eager PyTorch: over 1,629 measured fp32 templates slower in 74%, 2.3x in
-    geometric mean, up to 106x with a prologue feeding the dot) or "tf32" (one tensor-core product, about 10
-    mantissa bits: 8e-4, fails the fp32 tolerance); benchmarks/results/h200-2026-12-04c-fp32-dot/."""
-    if warp_specialize and not persistent:
+    `InputError`, a ValueError naming the input's position and what it must be): the kernels would read past them."""
+    opts = plan.options.with_overrides(**overrides)
+    if opts.warp_specialize and not opts.persistent:
         raise CodegenError("warp_specialize splits a persistent template's tile loop: it needs persistent=True")
     g = plan.graph
     stored = plan.stored()
@@ -353,11 +338,12 @@ def generate_module(plan: Plan, upcast_prologue: bool = False, upcast_epilogue: 
             continue
         name = f"fs_kernel_{i}"
         if isinstance(k, TemplateKernel):
-            step = generate_template(g, k, stored[i], name, upcast_prologue, upcast_epilogue, serial_split_k,
-                                     tma_loads, persistent, split_epilogue, warp_specialize, fp32_dot)
+            step = generate_template(g, k, stored[i], name, opts.upcast_prologue, opts.upcast_epilogue,
+                                     opts.serial_split_k, opts.tma_loads, opts.persistent, opts.split_epilogue,
+                                     opts.warp_specialize, opts.fp32_dot)
         else:
             assert isinstance(k, PointwiseKernel)
-            pk = generate_pointwise(g, k, stored[i], name, upcast_pointwise)
+            pk = generate_pointwise(g, k, stored[i], name, opts.upcast_pointwise)
             if pk is None:
                 body.append("    # (dead nodes: nothing reads them)")
                 launches.append([])

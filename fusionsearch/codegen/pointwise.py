@@ -8,7 +8,7 @@ from fusionsearch.codegen.emit import NameGen, Source
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import PointwiseKernel
+from fusionsearch.plan import PointwiseKernel
 
 XBLOCK = 1024
 NUM_WARPS = 4

@@ -99,7 +99,7 @@ def _request(plan: Any, arch: int, options: dict[str, Any]) -> str:
 def _answer(request: str) -> list[dict[str, int] | None]:
     """In that process: plan_resources of the requested plan, as JSON-ready dicts (CodegenError if it fails)."""
     from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
 
     r = json.loads(request)
     g = graph_from_dict(r["graph"])

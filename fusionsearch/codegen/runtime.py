@@ -152,16 +152,20 @@ def _extern_callables(plan: Any) -> list[Any]:
 
 
 def compile_plan(plan: Any, **options: Any) -> CompiledPlan:
-    """Generate, cache and import the plan's module; externs are bound to the registry's torch calls."""
-    generated = generate_module(plan, **options)
+    """Generate, cache and import the plan's module; externs are bound to the registry's torch calls.
+    `options` (CodegenOptions' names) replace the plan's own for this module."""
+    plan = plan.with_options(**options)
+    generated = generate_module(plan)
     module = load_source(generated.source)
     module.EXTERNS[:] = _extern_callables(plan)
     return CompiledPlan(plan, generated, module)
 
 
 def export_plan(plan: Any, directory: str, **options: Any) -> str:
-    """Write `fusionsearch_plan.py` (kernels + run), `plan.json` and, with externs, `externs.json`."""
-    generated = generate_module(plan, **options)
+    """Write `fusionsearch_plan.py` (kernels + run), `plan.json` (with the options it was generated with) and,
+    with externs, `externs.json`."""
+    plan = plan.with_options(**options)
+    generated = generate_module(plan)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "fusionsearch_plan.py")
     _write_atomic(path, generated.source)

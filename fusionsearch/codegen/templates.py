@@ -15,13 +15,7 @@ from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator, TileLoads, _broadcast_index, _reshape_index
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import TemplateKernel, TileConfig, template_operands
-
-# tl.dot's input precision for fp32 operands, by codegen option (generate_module's `fp32_dot`): exact fp32
-# products on the FMA units (eager PyTorch's), or the tensor cores in three tf32 products or one.
-FP32_DOTS = {"ieee": "ieee", "tf32x3": "tf32x3", "tf32": "tf32"}
-# The default. Dataset rows record it (`fp32_dot`), and the cost model trains on the rows measured with it.
-FP32_DOT = "tf32x3"
+from fusionsearch.plan import FP32_DOT, FP32_DOTS, TemplateKernel, TileConfig, template_operands
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from fusionsearch.costmodel.hardware import H200, Hardware
 from fusionsearch.errors import CostModelError
 from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.registry import get_op
-from fusionsearch.search.plan import (
+from fusionsearch.plan import (
     ExternKernel,
     Kernel,
     LibraryKernel,
@@ -83,7 +83,7 @@ def estimate(plan: Plan, hw: Hardware = H200) -> Estimate:
     """Price every kernel of `plan` on `hw`; the plan's time is the sum of its kernels' (µs).
 
     >>> import fusionsearch as fs
-    >>> from fusionsearch.search import plan as P
+    >>> from fusionsearch import plan as P
     >>> g = fs.workload("w8_dequant_mm", M=16, K=8192, N=8192)
     >>> estimate(P.fully_fused(g)).time_us < estimate(P.unfused(g)).time_us
     True

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from fusionsearch.codegen.templates import FP32_DOT
 from fusionsearch.datasets.measurements import append_rows, check_appendable, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
 from fusionsearch.measure.bench import kernel_times
+from fusionsearch.plan import FP32_DOT
 
 
 def hardware_signature() -> dict[str, Any]:
@@ -65,7 +65,7 @@ class CollectOptions:
 def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
     """Up to n distinct legal plans: the reference plans, then random fusion options and tile configs."""
     from fusionsearch.costmodel.analytic import fits
-    from fusionsearch.search.plan import fully_fused, heuristic, unfused
+    from fusionsearch.plan import fully_fused, heuristic, unfused
     from fusionsearch.search.space import enumerate_space, random_plans
 
     space = enumerate_space(g, lambda gr, mm, cfg: fits(gr, mm, cfg, hw))
@@ -158,7 +158,7 @@ def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | No
     from fusionsearch.codegen.resources import many_plan_resources
     from fusionsearch.costmodel.features import recompute_features
     from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
 
     if not os.path.isfile(in_path):
         raise FusionSearchError(f"{in_path}: no such dataset file")

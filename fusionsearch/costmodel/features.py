@@ -6,7 +6,6 @@ FEATURE_SCHEMA_VERSION: datasets and models carry the version and are refused wh
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -15,7 +14,6 @@ import numpy as np
 import torch
 
 from fusionsearch.codegen.dtypes import LOW_PRECISION, compute_dtype
-from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.resources import KernelResources
 from fusionsearch.codegen.templates import problem
 from fusionsearch.costmodel.analytic import Estimate, KernelEstimate, ctas_per_sm, pointwise_work, smem_bytes
@@ -25,7 +23,7 @@ from fusionsearch.errors import CostModelError, FusionSearchError
 from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.registry import get_op
 from fusionsearch.graph.spec import graph_from_dict
-from fusionsearch.search.plan import Kernel, Plan, PointwiseKernel, TemplateKernel, template_operands
+from fusionsearch.plan import CodegenOptions, Kernel, Plan, PointwiseKernel, TemplateKernel, template_operands
 
 __all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
            "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
@@ -73,12 +71,11 @@ FEATURE_NAMES: tuple[str, ...] = (
     *COMPILED_FEATURES,
 )
 
-# Which regions compute low-precision arithmetic in fp32: the code generator's defaults, read from it so
-# that the feature follows the generated code.
-_CODEGEN_DEFAULTS = {name: p.default for name, p in inspect.signature(generate_module).parameters.items()
-                     if name.startswith("upcast_")}
-_UPCAST = {"pro_a": _CODEGEN_DEFAULTS["upcast_prologue"], "pro_b": _CODEGEN_DEFAULTS["upcast_prologue"],
-           "epi": _CODEGEN_DEFAULTS["upcast_epilogue"], "body": _CODEGEN_DEFAULTS["upcast_pointwise"]}
+# Which regions compute low-precision arithmetic in fp32: the plan's default codegen options (the ones every
+# measured row was generated with), so that the feature follows the generated code.
+_DEFAULTS = CodegenOptions()
+_UPCAST = {"pro_a": _DEFAULTS.upcast_prologue, "pro_b": _DEFAULTS.upcast_prologue,
+           "epi": _DEFAULTS.upcast_epilogue, "body": _DEFAULTS.upcast_pointwise}
 
 
 def _bits(dtype: torch.dtype) -> int:
@@ -139,7 +136,7 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     template's `resources` (codegen.resources.plan_resources) when it has been compiled for the GPU.
 
     >>> import fusionsearch as fs
-    >>> from fusionsearch.search import plan as P
+    >>> from fusionsearch import plan as P
     >>> from fusionsearch.costmodel import H200
     >>> f = kernel_features(P.fully_fused(fs.workload("w8_dequant_mm")), 0, H200)
     >>> f["kind_template"], f["pro_b_pointwise"] > 0, f["b_bits"]

@@ -41,7 +41,7 @@ from fusionsearch.costmodel.features import (
 )
 from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, Hardware
 from fusionsearch.errors import CostModelError
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 if TYPE_CHECKING:  # scikit-learn is imported where a model is fitted or a legacy file read, not to predict
     from sklearn.ensemble import HistGradientBoostingRegressor

@@ -18,7 +18,7 @@ from fusionsearch.costmodel.features import plan_features, to_matrix
 from fusionsearch.costmodel.hardware import Hardware
 from fusionsearch.costmodel.learned import correct
 from fusionsearch.errors import CostModelError
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 __all__ = ["StudyRefit"]
 

@@ -16,7 +16,6 @@ import numpy as np
 from scipy import stats
 from sklearn.model_selection import GroupKFold
 
-from fusionsearch.codegen.templates import FP32_DOT, FP32_DOTS
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     FEATURE_NAMES,
@@ -27,6 +26,7 @@ from fusionsearch.costmodel.features import (
 from fusionsearch.costmodel.learned import LearnedCostModel, without_compiled
 from fusionsearch.datasets.measurements import read_rows, rows_for_fp32_dot
 from fusionsearch.errors import CostModelError
+from fusionsearch.plan import FP32_DOT, FP32_DOTS
 
 __all__ = ["METRICS", "cross_validate", "cv_splits", "evaluate", "format_figures", "load_dataset", "train"]
 

@@ -28,6 +28,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.dynamo.cudagraph import GraphedStep
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.race import (
@@ -44,7 +45,7 @@ from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import reference
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 __all__ = ["BackendOptions", "BackendStats", "backend", "backend_options", "fusionsearch_backend", "tune_model"]
 
@@ -305,7 +306,7 @@ class _Compiler:
             self.stats.best_us.setdefault(g.signature_hash(), float(figure))
         if choice is not None and choice.chosen == INDUCTOR:
             return _Step(theirs or _lazy_inductor(g, self.options.inductor), region, "inductor")
-        return _Step(ours or plan.compile().module.run, region, "plan")
+        return _Step(ours or compile_plan(plan).module.run, region, "plan")
 
     def _timer(self) -> Timer:
         if self.timer is None:
@@ -330,7 +331,7 @@ def _glue(region: Region) -> Callable[..., list[torch.Tensor]]:
 def _built(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Callable[..., list[torch.Tensor]] | None, str]:
     """The plan's module run once on the region's inputs (compiling its kernels), or None and why it failed."""
     try:
-        run = plan.compile().module.run
+        run = compile_plan(plan).module.run
         run(*inputs)
         return run, ""
     except Exception as e:  # the plan fails here: Inductor's code runs the region

@@ -15,7 +15,7 @@ from typing import Any
 from fusionsearch.codegen.runtime import cache_root
 from fusionsearch.errors import FusionSearchError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 __all__ = ["PlanCache", "default_cache_dir"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.codegen.runtime import naming_source
+from fusionsearch.codegen.runtime import compile_plan, naming_source
 from fusionsearch.errors import MeasureError, failure_reason
 
 
@@ -74,7 +74,7 @@ def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25,
     Timing with the reason instead of raising."""
     compiled = None
     try:
-        compiled = plan.compile(**options)  # type: ignore[attr-defined]
+        compiled = compile_plan(plan, **options)
         run = compiled.module.run
         return time_callable(lambda: run(*inputs), warmup_ms, rep_ms)
     except MeasureError:
@@ -87,7 +87,7 @@ def kernel_times(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 
                  timer: Callable[..., Timing] | None = None) -> list[float]:
     """Median time (µs) of each kernel of the plan run alone, in plan order; raises what compiling or
     launching raises. `timer` replaces time_callable (the collector's CPU stand-in)."""
-    steps, _ = plan.compile().module.steps(*inputs)  # type: ignore[attr-defined]
+    steps, _ = compile_plan(plan).module.steps(*inputs)
     timer = timer or time_callable
     return [timer(step, warmup_ms, rep_ms).median_us for step in steps]
 

@@ -27,8 +27,12 @@ from typing import Any
 
 import torch
 
+from fusionsearch.codegen.runtime import compile_plan, naming_source
 from fusionsearch.errors import MeasureError, failure_reason
+from fusionsearch.graph.reference import zero_inputs
+from fusionsearch.graph.spec import graph_from_dict
 from fusionsearch.measure.judge import Judgement
+from fusionsearch.plan import Plan
 
 log = logging.getLogger("fusionsearch.measure")
 
@@ -37,21 +41,15 @@ def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
     """In a worker: build the graph and plan, run the plan once (compiling its kernels); '' or the reason."""
     compiled = None
     try:
-        from fusionsearch.graph.reference import zero_inputs
-        from fusionsearch.graph.spec import graph_from_dict
-        from fusionsearch.search.plan import Plan
-
         g = graph_from_dict(spec)
         plan = Plan.from_json(plan_json, g, None)
         inputs = zero_inputs(g, device=device)
-        compiled = plan.compile()
+        compiled = compile_plan(plan)
         compiled(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
         return ""
     except Exception as e:  # the reason travels back; the trial fails, not the search
-        from fusionsearch.codegen.runtime import naming_source
-
         return naming_source(failure_reason(e), compiled)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.errors import MeasureError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 
@@ -60,7 +61,7 @@ def validated(state: MeasureState, plan_json: str) -> tuple[Any, float, dict[str
     """The plan given as JSON, its error against the float64 reference, and the judgement when it is invalid
     (None when it may be timed): the first step of every judge."""
     from fusionsearch.measure.validate import validate
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
 
     plan = Plan.from_json(plan_json, state.graph, None)
     v = validate(plan, state.graph, state.inputs, seed=state.seed, refs=state.refs())
@@ -96,12 +97,12 @@ def retime_plans(state: MeasureState, plan_jsons: Sequence[str], rounds: int = 5
     import statistics
 
     from fusionsearch.measure.bench import time_interleaved
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
 
     calls: dict[str, Any] = {}
     for i, plan_json in enumerate(plan_jsons):
         try:
-            run = Plan.from_json(plan_json, state.graph, None).compile().module.run
+            run = compile_plan(Plan.from_json(plan_json, state.graph, None)).module.run
         except Exception:  # it compiled when it was judged; whatever stops it now leaves it out
             continue
         calls[str(i)] = (lambda run=run: run(*state.inputs))

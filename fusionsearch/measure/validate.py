@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import networkx as nx
 import torch
 
-from fusionsearch.codegen.runtime import naming_source
+from fusionsearch.codegen.runtime import compile_plan, naming_source
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import random_inputs, reference
@@ -71,7 +71,7 @@ def validate(plan: object, graph: object = None, inputs: Sequence[torch.Tensor] 
             return Validation(False, float("inf"), f"the reference output {i} has NaN/Inf: inputs outside the domain")
     compiled = None
     try:
-        compiled = plan.compile(**options)  # type: ignore[attr-defined]
+        compiled = compile_plan(plan, **options)
         if inputs[0].device.type == "cuda":  # the first call launches through Triton; check the direct launches
             compiled(*inputs)                # that every later call (and every timing) makes
         outs = compiled(*inputs, poison=True)

@@ -1,6 +1,6 @@
 """The fusion search: plans, the candidate space, the Optuna study and its results."""
 
-from fusionsearch.search.plan import (
+from fusionsearch.plan import (
     ExternKernel,
     LibraryKernel,
     Plan,

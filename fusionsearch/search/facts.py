@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from fusionsearch.search.plan import LibraryKernel, Plan, TemplateKernel, prologue_bytes_ok, template_operands
+from fusionsearch.plan import LibraryKernel, Plan, TemplateKernel, prologue_bytes_ok, template_operands
 
 
 def hardware_words(backend: str, hw_name: str, gpu_here: bool | None = None) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from fusionsearch.errors import SpecError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import template_operands
+from fusionsearch.plan import template_operands
 from fusionsearch.search.space import Space
 
 # The study user attrs that say what a study searches: a study created by one search refuses another whose

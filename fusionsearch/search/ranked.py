@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 from fusionsearch.search.space import Space, seed_plans
 
 __all__ = ["RANK_CANDIDATES", "PlanRanking", "compile_fastest"]

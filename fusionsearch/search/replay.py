@@ -12,7 +12,7 @@ import torch
 
 from fusionsearch.errors import MeasureError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 InputSpec = tuple[tuple[int, ...], torch.dtype | None]  # a shape, and a dtype or None for any
 

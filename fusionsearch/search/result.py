@@ -8,8 +8,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from fusionsearch.codegen.runtime import compile_plan, export_plan
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import LibraryKernel, Plan, TemplateKernel
+from fusionsearch.plan import LibraryKernel, Plan, TemplateKernel
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,12 @@ class TuneResult:
         """The best plan ready to run. Tuned from a function or module, it is called as that function (the
         module's parameters and buffers bound) and returns what the function returns; tuned from a graph, it
         takes the graph's inputs and returns the list of its outputs."""
-        compiled = self.best.compile(**options)
+        compiled = compile_plan(self.best, **options)
         return compiled if self.signature is None else BoundPlan(compiled, self.signature)
 
     def export(self, directory: str) -> str:
         """Write the best plan's standalone module, plan.json, graph.json and report.md into `directory`."""
-        path = self.best.export(directory)
+        path = export_plan(self.best, directory)
         self.graph.save(os.path.join(directory, "graph.json"))
         self.report(os.path.join(directory, "report.md"))
         return path
@@ -96,7 +97,7 @@ class TuneResult:
     def explain(self) -> str:
         """Per kernel of the best plan: what is fused and why, bytes, predicted time; then the trial counts."""
         from fusionsearch.costmodel.analytic import estimate
-        from fusionsearch.search.plan import prologue_bytes_ok, template_operands
+        from fusionsearch.plan import prologue_bytes_ok, template_operands
 
         est = estimate(self.best, self.hardware)
         g = self.graph

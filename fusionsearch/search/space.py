@@ -19,7 +19,7 @@ import networkx as nx
 
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.plan import (
+from fusionsearch.plan import (
     FUSABLE,
     Decision,
     Plan,

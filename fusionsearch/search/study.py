@@ -23,8 +23,8 @@ import torch
 from fusionsearch.errors import FusionSearchError, PlanError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
+from fusionsearch.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.identity import study_identity
-from fusionsearch.search.plan import Plan, TemplateKernel, prologue_bytes_ok
 from fusionsearch.search.ranked import PlanRanking
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.slots import Retry, Slots, open_study

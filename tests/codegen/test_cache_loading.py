@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen.module import generate_module
-from fusionsearch.codegen.runtime import CompiledPlan, cache_dir, source_key
+from fusionsearch.codegen.runtime import CompiledPlan, cache_dir, compile_plan, source_key
 from fusionsearch.measure import TOLERANCE, rel_error
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 
 
 def plan() -> Plan:
@@ -58,7 +58,7 @@ def test_a_planted_pyc_beside_an_entry_is_never_run(fresh: Callable[[Plan], Path
     pyc.parent.mkdir()
     # An unchecked-hash pyc: the import system runs it without looking at the source beside it.
     pyc.write_bytes(importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little") + bytes(8) + marshal.dumps(planted))
-    compiled = p.compile()
+    compiled = compile_plan(p)
     assert not marker.exists(), "the planted .pyc ran"
     assert_matches_reference(compiled)
     assert os.listdir(pyc.parent) == [pyc.name]  # nothing read or written there
@@ -70,7 +70,7 @@ def test_an_entry_changed_after_loading_is_not_what_the_kernels_run(fresh: Calla
     linecache: it gets the text that was verified, not the file as it is now."""
     p = plan()
     entry = fresh(p)
-    compiled = p.compile()
+    compiled = compile_plan(p)
     marker = tmp_path / "pwned"
     text = entry.read_text()
     at = text.index("\n", text.index("def fs_kernel_0(")) + 1
@@ -95,7 +95,7 @@ def test_an_unreadable_entry_is_rebuilt_and_the_plan_runs(fresh: Callable[[Plan]
         (entry / "link").symlink_to(outside)
     else:
         entry.write_text(f"import pathlib\npathlib.Path({str(tmp_path / 'pwned')!r}).touch()\n")
-    compiled = p.compile()
+    compiled = compile_plan(p)
     assert entry.is_file() and entry.read_text() == compiled.source
     assert_matches_reference(compiled)
     assert outside.read_text() == "kept" and not (tmp_path / "pwned").exists()
@@ -113,5 +113,5 @@ def test_a_cache_that_cannot_be_written_still_runs_the_plan_with_a_warning(
 
     monkeypatch.setattr(runtime, "_write_atomic", refuse)
     with pytest.warns(UserWarning, match="could not be rewritten"):
-        compiled = p.compile()
+        compiled = compile_plan(p)
     assert_matches_reference(compiled)

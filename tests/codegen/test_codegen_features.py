@@ -26,14 +26,15 @@ import torch
 import fusionsearch as fs
 import fusionsearch.codegen.module as codegen_module
 import fusionsearch.codegen.pointwise as codegen_pointwise
+from fusionsearch import plan as P
 from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.module import generate_module
+from fusionsearch.codegen.runtime import compile_plan, export_plan
 from fusionsearch.errors import PlanError
 from fusionsearch.graph import OpGraph
 from fusionsearch.graph.registry import dtype_name, ops_of_kind
 from fusionsearch.measure import TOLERANCE, rel_error, validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Decision, Plan, PointwiseKernel, TemplateKernel, TileConfig
+from fusionsearch.plan import Decision, Plan, PointwiseKernel, TemplateKernel, TileConfig
 
 DTYPES = [torch.float32, torch.float16]
 SMALL_TILE = TileConfig(block_m=16, block_n=16, block_k=16, group_m=4, split_k=1)
@@ -150,7 +151,7 @@ def test_exported_plans_run_without_fusionsearch(tmp_path: Path) -> None:
     jobs, expected = [], []
     for i, (g, plan) in enumerate(cases):
         directory = tmp_path / f"plan{i}"
-        module = Path(plan.export(str(directory)))
+        module = Path(export_plan(plan, str(directory)))
         text = module.read_text()
         assert "import fusionsearch" not in text and "from fusionsearch" not in text
         assert Plan.from_json((directory / "plan.json").read_text(), g) == plan
@@ -222,7 +223,7 @@ def test_hostile_names_never_reach_generated_source() -> None:
     for maker in (P.unfused, P.fully_fused, P.heuristic):
         plan = maker(g)
         _assert_valid(plan)
-        source = plan.compile().source
+        source = compile_plan(plan).source
         for name in names:
             for form in (name, repr(name), json.dumps(name), name.encode("unicode_escape").decode()):
                 assert form not in source, (form, maker.__name__)
@@ -236,7 +237,7 @@ def test_hostile_names_survive_the_plan_json_round_trip(tmp_path: Path) -> None:
     g = _hostile_graph(_names("j", 11))
     plan = P.fully_fused(g)
     assert Plan.from_json(plan.to_json(), g) == plan
-    exported = Path(plan.export(str(tmp_path)))
+    exported = Path(export_plan(plan, str(tmp_path)))
     for name in _names("j", 11):
         assert name not in exported.read_text()
 
@@ -522,7 +523,7 @@ def test_upcasting_a_float16_chain_computes_in_float32_and_is_more_accurate(wher
     g, decisions = _chain_graphs(torch.float16)[where]
     plan = _plan(g, decisions)
     option = f"upcast_{where}"
-    native, upcast = plan.compile(**{option: False}), plan.compile(**{option: True})
+    native, upcast = compile_plan(plan, **{option: False}), compile_plan(plan, **{option: True})
     assert native.source != upcast.source
     assert upcast.source.count("tl.float32") > native.source.count("tl.float32")
     inputs = fs.random_inputs(g, seed=5)
@@ -560,7 +561,7 @@ def test_generated_source_is_a_pure_function_of_graph_and_plan() -> None:
         assert generate_module(maker(a)).source == first
         assert generate_module(maker(b)).source == first  # an independently built, equal graph
         assert generate_module(Plan.from_json(maker(a).to_json(), b)).source == first  # a replayed plan
-        assert maker(a).compile().source == first
+        assert compile_plan(maker(a)).source == first
     fused = P.fused_decisions(a)
     base = generate_module(_plan(a, fused, SMALL_TILE)).source
     variants = [dataclasses.replace(SMALL_TILE, **{key: value}) for key, value in
@@ -584,7 +585,7 @@ def test_generated_source_changes_with_the_fusion_decisions_and_the_shapes() -> 
 def test_compiled_plans_share_the_content_keyed_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FUSIONSEARCH_CACHE_DIR", str(tmp_path))
     g = fs.workload("scale_mm", dtype=torch.float32, M=21, K=40, N=24)
-    first, second = P.fully_fused(g).compile(), P.fully_fused(g).compile()
+    first, second = compile_plan(P.fully_fused(g)), compile_plan(P.fully_fused(g))
     assert first.cache_key == second.cache_key
     files = list((tmp_path / "kernels").iterdir())
     assert [f.name for f in files] == [f"fs_{first.cache_key}.py"]
@@ -631,8 +632,8 @@ def test_serial_split_k_is_one_launch_and_sums_like_the_reduce_kernel(name: str,
     plan = Plan(g, [dataclasses.replace(k, config=dataclasses.replace(k.config, split_k=4, block_k=32))
                     if isinstance(k, TemplateKernel) else k for k in base.kernels], base.recompute)
     inputs = fs.random_inputs(g, seed=1)
-    two = plan.compile(serial_split_k=False)
-    one = plan.compile(serial_split_k=True)
+    two = compile_plan(plan, serial_split_k=False)
+    one = compile_plan(plan, serial_split_k=True)
     launches = lambda src: src[src.index("def run("):src.index("def steps(")].count("[(")  # noqa: E731
     templates = sum(isinstance(k, TemplateKernel) for k in plan.kernels)
     assert launches(one.source) == launches(two.source) - templates
@@ -653,7 +654,7 @@ def test_the_split_k_workspace_is_kept_between_calls_and_fresh_when_poisoned(ser
     base = P.heuristic(g)
     plan = Plan(g, [dataclasses.replace(k, config=dataclasses.replace(k.config, split_k=4, block_k=32))
                     if isinstance(k, TemplateKernel) else k for k in base.kernels], base.recompute)
-    compiled = plan.compile(serial_split_k=serial)
+    compiled = compile_plan(plan, serial_split_k=serial)
     mod = compiled.module
     inputs = fs.random_inputs(g, seed=2)
     exact = fs.reference(g, inputs, float64=True)[0]

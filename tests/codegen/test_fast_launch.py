@@ -17,9 +17,10 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.measure import TOLERANCE, rel_error
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan, TemplateKernel
+from fusionsearch.plan import Plan, TemplateKernel
 
 
 class StandInCompiled:
@@ -56,7 +57,7 @@ class Recording:
 
 def compile_direct(plan: Plan, log: list[str], **options: Any) -> Any:
     """The plan compiled, its module set to launch directly on CPU tensors, its launches logged in `log`."""
-    compiled = plan.compile(**options)
+    compiled = compile_plan(plan, **options)
     mod = compiled.module
     mod._FAST_LAUNCH, mod._FAST_DEVICES, mod._LAUNCHED = True, ("cpu",), {}
     mod._stream = lambda device: "STREAM"

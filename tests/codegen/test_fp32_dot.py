@@ -10,18 +10,19 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen.resources import plan_resources
-from fusionsearch.errors import CodegenError
+from fusionsearch.codegen.runtime import compile_plan
+from fusionsearch.errors import PlanError
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import TileConfig
+from fusionsearch.plan import TileConfig
 
 
 @pytest.mark.parametrize("fp32_dot", ["ieee", "tf32x3", "tf32"])
 def test_the_option_sets_the_dot_precision_of_fp32_matmuls_and_they_match_the_reference(fp32_dot: str) -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=37, K=64, N=72)
     plan = P.fully_fused(g).with_config(TileConfig(16, 32, 16, 2, 2, 4, 2))
-    source = plan.compile(fp32_dot=fp32_dot).source
+    source = compile_plan(plan, fp32_dot=fp32_dot).source
     assert source.count(f'input_precision="{fp32_dot}"') == 1 and source.count("input_precision") == 1
     v = validate(plan, g, fp32_dot=fp32_dot)
     assert v.ok, v.reason
@@ -29,18 +30,18 @@ def test_the_option_sets_the_dot_precision_of_fp32_matmuls_and_they_match_the_re
 
 def test_the_default_is_tf32x3() -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=16, K=64, N=64)
-    assert 'input_precision="tf32x3"' in P.fully_fused(g).compile().source
+    assert 'input_precision="tf32x3"' in compile_plan(P.fully_fused(g)).source
 
 
 def test_16_bit_matmuls_ignore_it() -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float16, M=16, K=64, N=64)
-    assert "input_precision" not in P.fully_fused(g).compile(fp32_dot="tf32x3").source
+    assert "input_precision" not in compile_plan(P.fully_fused(g), fp32_dot="tf32x3").source
 
 
 def test_an_unknown_precision_is_refused_naming_the_choices() -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=16, K=64, N=64)
-    with pytest.raises(CodegenError, match="fp32_dot must be one of ieee, tf32x3, tf32, got 'bf16x3'"):
-        P.fully_fused(g).compile(fp32_dot="bf16x3")
+    with pytest.raises(PlanError, match="fp32_dot must be one of ieee, tf32x3, tf32, got 'bf16x3'"):
+        compile_plan(P.fully_fused(g), fp32_dot="bf16x3")
 
 
 def test_on_sm_90_the_tensor_core_forms_have_a_shorter_k_loop() -> None:

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
 
 
 def _plans() -> list[tuple[str, P.Plan]]:
@@ -31,7 +32,7 @@ def _plans() -> list[tuple[str, P.Plan]]:
 
 @pytest.mark.parametrize("name,plan", _plans(), ids=[n for n, _ in _plans()])
 def test_run_frees_each_intermediate_after_its_last_reader(name: str, plan: P.Plan) -> None:
-    source = plan.compile().source
+    source = compile_plan(plan).source
     run = source[source.index("def run("):source.index("def steps(")].rstrip().splitlines()
     steps = source[source.index("def steps("):]
     assert "del " not in steps  # its callables run the kernels again over the same buffers

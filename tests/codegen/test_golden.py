@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen.module import generate_module
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan, TemplateKernel, TileConfig
+from fusionsearch.plan import Plan, TemplateKernel, TileConfig
 
 GOLDEN = Path(__file__).parent / "golden"
 

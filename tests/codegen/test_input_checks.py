@@ -14,15 +14,16 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan, export_plan
 from fusionsearch.errors import MeasureError
 from fusionsearch.measure import TOLERANCE, rel_error
-from fusionsearch.search import plan as P
 
 G = fs.workload("w8_dequant_mm", M=16, K=64, N=64, dtype=torch.float32)  # inputs x [16, 64], w [64, 64] int8, s [64]
 
 
 def exported(tmp_path: Path, **options: Any) -> ModuleType:
-    path = P.heuristic(G).export(str(tmp_path / "out"), **options)
+    path = export_plan(P.heuristic(G), str(tmp_path / "out"), **options)
     spec = importlib.util.spec_from_file_location(f"exported_{abs(hash(str(tmp_path)))}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -51,7 +52,7 @@ NAMES = ["x", "w", "s"]
 @pytest.mark.parametrize("index,bad,expected", BAD, ids=IDS)
 def test_the_compiled_plan_refuses_an_input_naming_it_and_what_it_must_be(index: int, bad: Any,
                                                                           expected: str) -> None:
-    run = P.heuristic(G).compile()
+    run = compile_plan(P.heuristic(G))
     inputs = fs.random_inputs(G, seed=0)
     wrong = list(inputs)
     wrong[index] = bad()
@@ -84,7 +85,7 @@ def test_inputs_of_any_layout_are_read_through_their_strides(tmp_path: Path) -> 
     x, w, s = fs.random_inputs(G, seed=1)
     inputs = [x.t().contiguous().t(), w.t().contiguous().t(), torch.stack([s, s], 1)[:, 1]]
     assert not any(t.is_contiguous() for t in inputs)
-    assert_matches_reference(P.heuristic(G).compile()(*inputs), inputs)
+    assert_matches_reference(compile_plan(P.heuristic(G))(*inputs), inputs)
     assert_matches_reference(exported(tmp_path).run(*inputs), inputs)
 
 
@@ -95,5 +96,5 @@ def test_an_input_read_through_a_tma_descriptor_must_be_contiguous(tmp_path: Pat
     with pytest.raises(ValueError, match="input 1 through a TMA descriptor: it must be contiguous"):
         module.run(x, w.t().contiguous().t(), s)
     with pytest.raises(ValueError, match="input 0 through a TMA descriptor: it must be contiguous"):
-        P.heuristic(G).compile(tma_loads=True)(x.t().contiguous().t(), w, s)
+        compile_plan(P.heuristic(G), tma_loads=True)(x.t().contiguous().t(), w, s)
     assert_matches_reference(module.run(x, w, s), [x, w, s])

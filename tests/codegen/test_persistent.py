@@ -16,10 +16,11 @@ import torch
 from test_fast_launch import compile_direct
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.codegen.templates import problem
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan, TemplateKernel
+from fusionsearch.plan import Plan, TemplateKernel
 
 
 def with_config(plan: Plan, **fields: int) -> Plan:
@@ -46,7 +47,7 @@ def test_persistent_templates_match_the_reference(name: str, shape: dict[str, in
     templates = [k for k in plan.kernels if isinstance(k, TemplateKernel)]
     assert all(math.ceil(problem(g, k.matmul).m / 16) * math.ceil(problem(g, k.matmul).n / 16) > 3
                for k in templates), "the test needs more tiles than the interpreter's 3 programs"
-    source = plan.compile(persistent=True, tma_loads=tma).source
+    source = compile_plan(plan, persistent=True, tma_loads=tma).source
     assert source.count("for pid in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)") \
         == len(templates)
     v = validate(plan, g, persistent=True, tma_loads=tma)
@@ -59,7 +60,7 @@ def test_a_batched_matmul_loops_over_tiles_in_every_batch() -> None:
     b = g.input("b", (3, 24, 36), torch.float32)
     g.set_outputs([g.add("relu", [g.add("bmm", [a, b])])])
     plan = with_config(P.fully_fused(g), block_m=16, block_n=16, block_k=16)
-    assert "_programs(9, device), 1, 3" in plan.compile(persistent=True).source
+    assert "_programs(9, device), 1, 3" in compile_plan(plan, persistent=True).source
     v = validate(plan, g, persistent=True)
     assert v.ok, v.reason
 
@@ -67,7 +68,7 @@ def test_a_batched_matmul_loops_over_tiles_in_every_batch() -> None:
 def test_split_k_templates_stay_one_program_per_tile() -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=20, K=128, N=40)
     plan = with_config(P.fully_fused(g), block_m=16, block_n=16, block_k=32, split_k=2)
-    source = plan.compile(persistent=True).source
+    source = compile_plan(plan, persistent=True).source
     assert "tl.range(tl.program_id(0)" not in source and not re.search(r"_programs\(\d+, device\)", source)
     v = validate(plan, g, persistent=True)
     assert v.ok, v.reason
@@ -98,7 +99,7 @@ def test_warp_specialised_persistent_templates_match_the_reference(name: str, sh
     the same (on the GPU Triton splits it into load and MMA warps; whether that pays is measured there)."""
     g = fs.workload(name, dtype=torch.float16, **shape)
     plan = with_config(P.fully_fused(g), block_m=16, block_n=16, block_k=16, group_m=2)
-    source = plan.compile(persistent=True, tma_loads=tma, warp_specialize=True).source
+    source = compile_plan(plan, persistent=True, tma_loads=tma, warp_specialize=True).source
     assert source.count("tl.num_programs(0), warp_specialize=True):") == 1 and "flatten=True" not in source
     v = validate(plan, g, persistent=True, tma_loads=tma, warp_specialize=True)
     assert v.ok, v.reason
@@ -109,4 +110,4 @@ def test_warp_specialize_without_persistent_is_refused_in_one_line() -> None:
 
     g = fs.workload("mm_bias_gelu", dtype=torch.float16, M=37, K=64, N=40)
     with pytest.raises(CodegenError, match="needs persistent=True"):
-        P.fully_fused(g).compile(warp_specialize=True)
+        compile_plan(P.fully_fused(g), warp_specialize=True)

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen import resources
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.resources import KernelResources, kernel_resources, plan_resources
 from fusionsearch.costmodel.analytic import smem_bytes
 from fusionsearch.costmodel.hardware import H200
 from fusionsearch.errors import CodegenError
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan, TemplateKernel
+from fusionsearch.plan import Plan, TemplateKernel
 
 
 def with_config(plan: Plan, **fields: int) -> Plan:

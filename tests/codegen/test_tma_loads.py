@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.graph import OpGraph
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan, TemplateKernel
+from fusionsearch.plan import Plan, TemplateKernel
 
 
 def with_config(plan: Plan, **fields: int) -> Plan:
@@ -38,7 +39,7 @@ def test_descriptor_loads_match_the_reference(name: str, shape: dict[str, int], 
                                               dtype: torch.dtype, split: int, serial: bool) -> None:
     g = fs.workload(name, dtype=dtype, **shape)
     plan = with_config(P.fully_fused(g), block_m=16, block_n=16, block_k=16, split_k=split)
-    compiled = plan.compile(tma_loads=True, serial_split_k=serial)
+    compiled = compile_plan(plan, tma_loads=True, serial_split_k=serial)
     assert compiled.source.count("tl.make_tensor_descriptor(") == descriptors
     v = validate(plan, g, tma_loads=True, serial_split_k=serial)
     assert v.ok, v.reason
@@ -50,7 +51,7 @@ def test_a_linear_weight_is_read_transposed() -> None:
     w = g.input("w", (24, 40), torch.float32)
     g.set_outputs([g.add("linear", [x, w])])
     plan = with_config(P.unfused(g), block_m=16, block_n=16, block_k=16)
-    assert ".T\n" in plan.compile(tma_loads=True).source
+    assert ".T\n" in compile_plan(plan, tma_loads=True).source
     assert validate(plan, g, tma_loads=True).ok
 
 
@@ -62,7 +63,7 @@ def test_only_contiguous_rows_of_whole_16_bytes_use_descriptors() -> None:
     wt = g.input("wt", (32, 16), torch.float16, strides=[1, 32])  # column-major
     g.set_outputs([g.add("mm", [x, w]), g.add("mm", [x, wt])])
     plan = with_config(P.unfused(g), block_m=16, block_n=16, block_k=16)
-    src = plan.compile(tma_loads=True).source
+    src = compile_plan(plan, tma_loads=True).source
     assert src.count("tl.make_tensor_descriptor(") == 2  # x, once per matmul kernel
     assert validate(plan, g, tma_loads=True).ok
 
@@ -72,7 +73,7 @@ def test_a_misaligned_input_is_refused_by_name() -> None:
     x, w, b = fs.random_inputs(g, seed=0)
     shifted = torch.empty(w.numel() + 1)[1:].view(w.shape)  # 4 bytes past a 16-byte boundary
     shifted.copy_(w)
-    run = P.fully_fused(g).compile(tma_loads=True)
+    run = compile_plan(P.fully_fused(g), tma_loads=True)
     with pytest.raises(ValueError, match="input 1 through a TMA descriptor: it must be contiguous and 16-byte aligned"):
         run(x, shifted, b)
-    assert torch.allclose(run(x, w, b)[0], P.fully_fused(g).compile()(x, w, b)[0])
+    assert torch.allclose(run(x, w, b)[0], compile_plan(P.fully_fused(g))(x, w, b)[0])

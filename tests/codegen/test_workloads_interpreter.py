@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Decision, Plan, TemplateKernel, TileConfig
+from fusionsearch.plan import Decision, Plan, TemplateKernel, TileConfig
 
 DTYPES = [torch.float32, torch.float16]
 
@@ -141,7 +142,7 @@ def test_validation_rejects_a_wrong_plan_output() -> None:
     g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=5, K=40, N=24)
     inputs = fs.random_inputs(g, seed=0)
     shifted = [inputs[0], inputs[1], inputs[2] + 0.01]
-    compiled = P.fully_fused(g).compile()
+    compiled = compile_plan(P.fully_fused(g))
     out = compiled(*shifted)[0]
     ref = fs.reference(g, inputs, float64=True)[0]
     assert fs.measure.rel_error(out, ref) > fs.measure.TOLERANCE[torch.float32]

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import fusionsearch as fs
-from fusionsearch.codegen.templates import FP32_DOT
+from fusionsearch import plan as P
 from fusionsearch.costmodel import H200, fits
 from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_SCHEMA_VERSION, plan_features
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import PlanError
-from fusionsearch.search import plan as P
+from fusionsearch.plan import FP32_DOT
 from fusionsearch.search.space import enumerate_space
 
 GRAPHS = [  # (workload, shape, dtype): small shapes, every built-in workload, three dtypes

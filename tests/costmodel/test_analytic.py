@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.costmodel import H200, Hardware, estimate, fits
 from fusionsearch.costmodel.analytic import least_bytes, matmul_flops, prologue_reads_ok
 from fusionsearch.datasets.workloads import REFERENCE_CASES
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search import plan as P
 
 
 def _with_config(plan: P.Plan, cfg: P.TileConfig) -> P.Plan:

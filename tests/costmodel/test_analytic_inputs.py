@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.costmodel import H200, estimate, fits
 from fusionsearch.errors import CostModelError, GraphError
 from fusionsearch.graph import OpGraph
-from fusionsearch.search import plan as P
 
 ONES = {"w8_dequant_mm": {"M": 1, "K": 1, "N": 1}, "gather_mm": {"M": 1, "K": 1, "N": 1, "T": 1},
         "mm_bias_gelu": {"M": 1, "K": 1, "N": 1}, "cast_mm": {"M": 1, "K": 1, "N": 1},

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fusionsearch.codegen.templates import FP32_DOT
 from fusionsearch.costmodel.collect import CollectOptions, collect
 from fusionsearch.costmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from fusionsearch.costmodel.train import load_dataset
 from fusionsearch.datasets.measurements import append_rows, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError
+from fusionsearch.plan import FP32_DOT
 
 OPTS = dict(plans_per_graph=3, device="cpu", shape_scale="small", compile_workers=1, dtypes=("float32",),
             progress=False)
@@ -165,7 +165,7 @@ def test_collect_records_each_templates_compiled_resources_as_plan_resources_fin
 
     from fusionsearch.codegen.resources import plan_resources
     from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
 
     path = str(tmp_path / "m.jsonl.gz")
     collect(path, CollectOptions(graphs=1, **{**OPTS, "plans_per_graph": 2}, resources=True))

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen.resources import KernelResources
-from fusionsearch.codegen.templates import FP32_DOT
 from fusionsearch.costmodel import H200
 from fusionsearch.costmodel.collect import add_resources
 from fusionsearch.costmodel.features import (
@@ -31,7 +31,7 @@ from fusionsearch.costmodel.learned import LearnedCostModel, without_compiled
 from fusionsearch.costmodel.train import cross_validate
 from fusionsearch.datasets.measurements import append_rows, read_rows
 from fusionsearch.errors import FusionSearchError
-from fusionsearch.search import plan as P
+from fusionsearch.plan import FP32_DOT
 
 
 def test_compiled_figures_are_features_of_templates_only() -> None:

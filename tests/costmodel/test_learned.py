@@ -17,6 +17,7 @@ from sklearn.base import clone
 
 import fusionsearch as fs
 from fusionsearch import cli
+from fusionsearch import plan as P
 from fusionsearch.costmodel import H200, estimate
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
@@ -30,7 +31,6 @@ from fusionsearch.costmodel.learned import LearnedCostModel, load, load_default,
 from fusionsearch.costmodel.train import cross_validate, cv_splits, evaluate, load_dataset, train
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import CostModelError
-from fusionsearch.search import plan as P
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +374,7 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, dataset: str, capsys: p
 
 def test_the_search_prunes_with_a_given_learned_model(tmp_path: Path, model: LearnedCostModel) -> None:
     from fusionsearch.costmodel.learned import plan_time_us
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
     from fusionsearch.search.study import SearchOptions, run_study
 
     path = model.save(str(tmp_path / "m.skops"))

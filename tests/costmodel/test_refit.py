@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.costmodel import H200
 from fusionsearch.costmodel.features import FEATURE_SCHEMA_VERSION, plan_features, recompute_features, to_matrix
 from fusionsearch.costmodel.learned import LearnedCostModel
@@ -21,8 +22,7 @@ from fusionsearch.costmodel.train import load_dataset
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import CostModelError, SpecError
 from fusionsearch.measure.judge import Judgement
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 from fusionsearch.search.study import SearchOptions, run_study
 
 QUIRK = 3.0  # the searched graph runs this much slower than anything in the training data

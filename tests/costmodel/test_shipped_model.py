@@ -64,7 +64,7 @@ def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.datasets.measurements import read_rows
     from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.plan import Plan
+    from fusionsearch.plan import Plan
 
     rows = read_rows(SHIPPED_DATA_PATH)
     graphs, plans = {}, {}

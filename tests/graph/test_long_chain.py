@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
+from fusionsearch import plan as P
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.costmodel import estimate
 from fusionsearch.errors import PlanError
 from fusionsearch.graph import OpGraph, graph_from_dict
-from fusionsearch.search import plan as P
 
 LENGTH = 5_000
 

@@ -11,7 +11,7 @@ from typing import Any
 from fusionsearch.costmodel.analytic import estimate
 from fusionsearch.costmodel.hardware import H200
 from fusionsearch.measure.judge import MeasureState
-from fusionsearch.search.plan import Plan, TemplateKernel
+from fusionsearch.plan import Plan, TemplateKernel
 
 
 def priced(state: MeasureState, plan_json: str, kernels: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from fusionsearch.costmodel.analytic import estimate
 from fusionsearch.costmodel.hardware import H200
 from fusionsearch.errors import MeasureError
 from fusionsearch.measure.isolate import MeasureWorker
-from fusionsearch.search.plan import TemplateKernel, fully_fused, unfused
+from fusionsearch.plan import TemplateKernel, fully_fused, unfused
 from fusionsearch.search.study import SearchOptions, run_study
 
 G = fs.workload("w8_dequant_mm", dtype=torch.float32, M=16, K=128, N=96)
@@ -146,7 +146,7 @@ def test_isolation_and_the_trial_time_limit_are_options() -> None:
 
 
 def test_a_kernel_failure_names_the_generated_source_to_reproduce_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fusionsearch.codegen.runtime import CompiledPlan
+    from fusionsearch.codegen.runtime import CompiledPlan, compile_plan
     from fusionsearch.measure.validate import validate
 
     def launch_fails(self: CompiledPlan, *inputs: torch.Tensor, poison: bool = False) -> list[torch.Tensor]:
@@ -158,14 +158,14 @@ def test_a_kernel_failure_names_the_generated_source_to_reproduce_it(monkeypatch
     assert not v.ok and "out of resources" in v.reason
     path = v.reason.split("[generated source: ", 1)[1].rstrip("]")
     with open(path) as f:
-        assert f.read() == plan.compile().source  # the very source that failed, in the cache
+        assert f.read() == compile_plan(plan).source  # the very source that failed, in the cache
 
 
 UNGUARDED = """
 import torch
 import fusionsearch as fs
 from fusionsearch.measure.isolate import CompilePool, MeasureWorker
-from fusionsearch.search.plan import unfused
+from fusionsearch.plan import unfused
 
 g = fs.workload("w8_dequant_mm", dtype=torch.float32, M=16, K=128, N=96)
 w = MeasureWorker(g.to_dict(), device="cpu")

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.measure.validate import TOLERANCE, output_tolerances
-from fusionsearch.search import plan as P
 
 
 def _upcast(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

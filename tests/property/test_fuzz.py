@@ -33,12 +33,12 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.costmodel import estimate
 from fusionsearch.errors import FusionSearchError
 from fusionsearch.graph import OpGraph, graph_from_dict, load_graph
 from fusionsearch.graph.registry import ops_of_kind
-from fusionsearch.search import plan as P
 
 SEED = 24
 CASES = {"spec dict": 800, "spec file": 400, "plan dict": 500, "plan text": 300, "python api": 300}

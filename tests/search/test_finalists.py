@@ -104,7 +104,7 @@ def test_finalists_must_be_a_whole_number(bad: object) -> None:
 
 
 def _plans() -> list[str]:
-    from fusionsearch.search.plan import build_plan, fully_fused
+    from fusionsearch.plan import build_plan, fully_fused
 
     return [fully_fused(G).to_json(), build_plan(G, {}).to_json()]
 

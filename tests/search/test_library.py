@@ -13,14 +13,14 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.costmodel.analytic import LIBRARY_FIXED_US, estimate
 from fusionsearch.costmodel.features import library_rows, plan_features, to_matrix
 from fusionsearch.costmodel.hardware import H200
 from fusionsearch.costmodel.learned import LearnedCostModel, correct, plan_times_us
 from fusionsearch.errors import PlanError
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import LibraryKernel, Plan, PointwiseKernel, TemplateKernel
+from fusionsearch.plan import LibraryKernel, Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search.space import LIBRARY, enumerate_space, random_plans, seed_plans
 
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.graph import OpGraph
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel
+from fusionsearch.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search.space import STANDALONE, Space, enumerate_space, seed_plans
 
 WORKLOADS = fs.list_workloads()
@@ -203,7 +203,7 @@ def test_a_residual_feeding_a_norm_whose_mean_pytorch_runs_tunes_to_a_valid_plan
 def _whole_plan_options(graph: OpGraph) -> list[tuple[str, ...]]:
     """Each group's legal options decided by building the whole plan per option (the reference the space's
     windowed check must agree with)."""
-    from fusionsearch.search.plan import build_plan, template_operands
+    from fusionsearch.plan import build_plan, template_operands
     from fusionsearch.search.space import _decision
 
     space = enumerate_space(graph)

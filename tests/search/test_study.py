@@ -21,9 +21,9 @@ import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.errors import FusionSearchError, SpecError
 from fusionsearch.graph.shrink import shrink
+from fusionsearch.plan import Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search import identity as I
 from fusionsearch.search import study as S
-from fusionsearch.search.plan import Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search.result import TuneResult
 from fusionsearch.search.slots import AHEAD
 from fusionsearch.search.space import enumerate_space

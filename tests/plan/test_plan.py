@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.errors import PlanError, SpecError
 from fusionsearch.graph import OpGraph
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel, TileConfig
+from fusionsearch.plan import ExternKernel, Plan, PointwiseKernel, TemplateKernel, TileConfig
 
 SMALL = {
     "w8_dequant_mm": {"M": 5, "K": 40, "N": 24},
