@@ -151,7 +151,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_run_validates_a_saved_plan_in_the_interpreter(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
     g = fs.load_graph(str(saved / "graph.json"))
-    plan = fs.search.plan.Plan.from_json((saved / "plan.json").read_text(), g)
+    plan = fs.plan.Plan.from_json((saved / "plan.json").read_text(), g)
     expected = fs.measure.validate(plan, g, fs.random_inputs(g, seed=0))
     assert main(["run", str(saved), "--backend", "interpret"]) == 0
     out = capsys.readouterr().out.splitlines()
