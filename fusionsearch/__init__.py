@@ -15,8 +15,7 @@ from fusionsearch.errors import (
     SpecError,
 )
 from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
-
-__version__ = "0.1.0"
+from fusionsearch.version import __version__ as __version__
 
 
 def capture(fn_or_module, *example_inputs, **example_kwargs):  # type: ignore[no-untyped-def]

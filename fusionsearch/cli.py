@@ -344,8 +344,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # ---- costmodel collect / train / evaluate: the learned cost model ----------------------------------
 
 def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
-    from fusionsearch.costmodel.collect import CollectOptions, collect
     from fusionsearch.datasets.measurements import check_appendable
+    from fusionsearch.search.collect import CollectOptions, collect
 
     _check_out_file(args.out)
     check_appendable(args.out)
@@ -357,7 +357,7 @@ def _cmd_costmodel_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
-    from fusionsearch.costmodel.collect import add_resources
+    from fusionsearch.search.collect import add_resources
 
     _check_dataset(args.data)
     _check_out_file(args.out, new=True)
@@ -508,7 +508,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fusionsearch import __version__
+    from fusionsearch.version import __version__
 
     parser = _Parser(prog="fusionsearch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"fusionsearch {__version__}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,7 @@ from typing import Any
 import networkx as nx
 import torch
 
-from fusionsearch.errors import GraphError
+from fusionsearch.errors import GraphError, SpecError
 from fusionsearch.graph.registry import (
     INT64_MAX,
     Attrs,
@@ -324,14 +325,10 @@ class OpGraph:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON spec form (see README 'Graph spec')."""
-        from fusionsearch.graph.spec import graph_to_dict
-
         return graph_to_dict(self)
 
     def save(self, path: str) -> None:
         """Write the graph as a JSON spec; `load_graph(path)` reads it back exactly."""
-        from fusionsearch.graph.spec import save_graph
-
         save_graph(self, path)
 
     def __repr__(self) -> str:
@@ -345,3 +342,32 @@ class OpGraph:
             lines.append(f"{node.name} = {node.op}({args}) {list(node.shape)} {dtype_name(node.dtype)}")
         return "\n".join(lines)
 
+
+# The JSON spec's version: written here, read by graph/spec.py.
+SPEC_VERSION = 1
+
+
+def graph_to_dict(g: OpGraph) -> dict[str, Any]:
+    """The spec of `g`: inputs (name, shape, dtype, strides), nodes in topological order, outputs."""
+    inputs, nodes = [], []
+    for node in [g.node(n) for n in g.inputs] + [n for n in g if n.op != "input"]:
+        if node.op == "input":
+            inputs.append({"name": node.name, "shape": list(node.shape), "dtype": dtype_name(node.dtype),
+                           "strides": list(node.strides)})
+        else:
+            entry: dict[str, Any] = {"name": node.name, "op": node.op, "inputs": list(node.inputs)}
+            if node.attrs:
+                entry["attrs"] = copy.deepcopy(node.attrs)  # a spec is edited freely (shrink does) without touching g
+            nodes.append(entry)
+    return {"version": SPEC_VERSION, "inputs": inputs, "nodes": nodes, "outputs": list(g.outputs)}
+
+
+def save_graph(g: OpGraph, path: str) -> None:
+    """Write the spec of `g` to `path` (UTF-8 JSON); a SpecError says why it cannot be written."""
+    text = json.dumps(graph_to_dict(g), indent=1) + "\n"
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except (OSError, ValueError, TypeError) as e:
+        reason = getattr(e, "strerror", None) or type(e).__name__
+        raise SpecError(f"{printable(str(path))}: cannot write the graph spec ({reason})") from None

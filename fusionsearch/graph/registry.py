@@ -3,7 +3,6 @@ Triton expression and torch reference. Adding an op is one `register(OpDef(...))
 
 from __future__ import annotations
 
-import functools
 import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -172,7 +171,6 @@ def register(op: OpDef) -> OpDef:
 
 def get_op(name: str, where: str = "") -> OpDef:
     """The registry entry for `name`; a GraphError lists the known ops when it is unknown."""
-    _load_all()
     if isinstance(name, str) and name in REGISTRY:
         return REGISTRY[name]
     raise GraphError(f"{where}unknown op {show(name)}; known ops: {', '.join(sorted(REGISTRY))}")
@@ -180,11 +178,4 @@ def get_op(name: str, where: str = "") -> OpDef:
 
 def ops_of_kind(kind: str) -> list[str]:
     """Names of the registered ops of one kind ('pointwise', 'template', ...)."""
-    _load_all()
     return sorted(n for n, op in REGISTRY.items() if op.kind == kind)
-
-
-@functools.cache  # once: get_op is called per node per check, and an import statement is not free
-def _load_all() -> None:
-    # The op families register themselves on import; importing here keeps one entry point.
-    from fusionsearch.graph import ops_extern, ops_pointwise, ops_structural  # noqa: F401

@@ -2,41 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from fusionsearch.errors import GraphError, SpecError
-from fusionsearch.graph.opgraph import OpGraph, empty_reason
-from fusionsearch.graph.registry import MAX_JSON_DEPTH, dtype_name, json_problem, printable, show
-
-SPEC_VERSION = 1
-
-
-def graph_to_dict(g: OpGraph) -> dict[str, Any]:
-    """The spec of `g`: inputs (name, shape, dtype, strides), nodes in topological order, outputs."""
-    inputs, nodes = [], []
-    for node in [g.node(n) for n in g.inputs] + [n for n in g if n.op != "input"]:
-        if node.op == "input":
-            inputs.append({"name": node.name, "shape": list(node.shape), "dtype": dtype_name(node.dtype),
-                           "strides": list(node.strides)})
-        else:
-            entry: dict[str, Any] = {"name": node.name, "op": node.op, "inputs": list(node.inputs)}
-            if node.attrs:
-                entry["attrs"] = copy.deepcopy(node.attrs)  # a spec is edited freely (shrink does) without touching g
-            nodes.append(entry)
-    return {"version": SPEC_VERSION, "inputs": inputs, "nodes": nodes, "outputs": list(g.outputs)}
-
-
-def save_graph(g: OpGraph, path: str) -> None:
-    """Write the spec of `g` to `path` (UTF-8 JSON); a SpecError says why it cannot be written."""
-    text = json.dumps(graph_to_dict(g), indent=1) + "\n"
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except (OSError, ValueError, TypeError) as e:
-        reason = getattr(e, "strerror", None) or type(e).__name__
-        raise SpecError(f"{printable(str(path))}: cannot write the graph spec ({reason})") from None
+from fusionsearch.graph.opgraph import SPEC_VERSION, OpGraph, empty_reason
+from fusionsearch.graph.registry import MAX_JSON_DEPTH, json_problem, printable, show
 
 
 def parse_json(data: str | bytes, source: str) -> Any:

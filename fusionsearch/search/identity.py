@@ -12,6 +12,7 @@ from fusionsearch.errors import SpecError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import template_operands
 from fusionsearch.search.space import Space
+from fusionsearch.version import __version__
 
 # The study user attrs that say what a study searches: a study created by one search refuses another whose
 # trials would not be comparable with its own (another graph, backend, cost model or GPU) or whose parameters
@@ -23,8 +24,6 @@ def study_identity(graph: OpGraph, graph_name: str, space: Space, backend: str, 
                    hw: Any) -> dict[str, str]:
     """What a study records of its search when created (user attrs): the keys of IDENTITY, which must match to
     resume it, and the graph's name and this package's version, which are only read by people."""
-    from fusionsearch import __version__
-
     choices = json.dumps(space.parameter_choices(), sort_keys=True)
     return {"graph": graph.signature_hash(), "graph_name": graph_name or graph_summary(graph), "backend": backend,
             "cost_model": cost_model, "hardware": str(getattr(hw, "name", hw)),

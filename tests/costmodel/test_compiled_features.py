@@ -18,7 +18,6 @@ import fusionsearch as fs
 from fusionsearch import plan as P
 from fusionsearch.codegen.resources import KernelResources
 from fusionsearch.costmodel import H200
-from fusionsearch.costmodel.collect import add_resources
 from fusionsearch.costmodel.features import (
     COMPILED_FEATURES,
     FEATURE_NAMES,
@@ -32,6 +31,7 @@ from fusionsearch.costmodel.train import cross_validate
 from fusionsearch.datasets.measurements import append_rows, read_rows
 from fusionsearch.errors import FusionSearchError
 from fusionsearch.plan import FP32_DOT
+from fusionsearch.search.collect import add_resources
 
 
 def test_compiled_figures_are_features_of_templates_only() -> None:

@@ -60,11 +60,11 @@ def test_shipped_model_is_plain_trees_that_load_without_scikit_learn_or_skops(mo
 def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
     """The provenance that lets a new feature schema re-feature the rows: each row's graph spec hashes to its
     graph id and its plan to its plan id, on the profile of the GPU it names."""
-    from fusionsearch.costmodel.collect import plan_id
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.datasets.measurements import read_rows
     from fusionsearch.graph.spec import graph_from_dict
     from fusionsearch.plan import Plan
+    from fusionsearch.search.collect import plan_id
 
     rows = read_rows(SHIPPED_DATA_PATH)
     graphs, plans = {}, {}

@@ -60,7 +60,7 @@ def input_sums(state: MeasureState, plan_json: str, kernels: bool) -> dict[str, 
 
 def dataset_segfault_on_prologue(state: MeasureState, plan_json: str, kernels: bool) -> dict[str, Any]:
     """The collection's judge, except that every plan with a fused prologue kills its process."""
-    from fusionsearch.costmodel.collect import judge_for_dataset
+    from fusionsearch.search.collect import judge_for_dataset
 
     if has_prologue(plan_json, state):
         os.kill(os.getpid(), signal.SIGSEGV)

@@ -55,7 +55,7 @@ class CollectOptions:
     shape_scale: str = "real"
     dtypes: tuple[str, ...] | None = None  # None: the generator's bf16/fp16/fp32 mix
     plan_timeout_s: float = 300.0  # a plan not validated and timed within this is recorded timed_out
-    judge: str = "fusionsearch.costmodel.collect:judge_for_dataset"  # what the measurement worker runs per plan
+    judge: str = "fusionsearch.search.collect:judge_for_dataset"  # what the measurement worker runs per plan
     # Each template's registers, spills and shared memory (codegen/resources.py, compiled for sm_`arch` on the
     # CPU) in its row and features; None: when measuring on a GPU (on the CPU it costs a child process a plan)
     resources: bool | None = None

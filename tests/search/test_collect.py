@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fusionsearch.costmodel.collect import CollectOptions, collect
 from fusionsearch.costmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from fusionsearch.costmodel.train import load_dataset
 from fusionsearch.datasets.measurements import append_rows, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError
 from fusionsearch.plan import FP32_DOT
+from fusionsearch.search.collect import CollectOptions, collect
 
 OPTS = dict(plans_per_graph=3, device="cpu", shape_scale="small", compile_workers=1, dtypes=("float32",),
             progress=False)
@@ -126,7 +126,7 @@ def test_a_plan_that_kills_its_worker_is_recorded_failed_and_the_collection_goes
 
 KILLED_COLLECTION = """
 import sys
-from fusionsearch.costmodel.collect import CollectOptions, collect
+from fusionsearch.search.collect import CollectOptions, collect
 collect(sys.argv[1], CollectOptions(graphs=6, plans_per_graph=3, device="cpu", shape_scale="small",
                                     compile_workers=1, dtypes=("float32",), progress=True))
 """
