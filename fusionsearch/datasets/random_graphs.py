@@ -35,7 +35,9 @@ from fusionsearch.datasets.graphgen.shapes import (
 from fusionsearch.datasets.graphgen.values import COLLAPSE, FLOATS, PEAK_LIMIT, SATURATING_RMS
 from fusionsearch.errors import GraphError
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.reference import random_inputs, reference
 from fusionsearch.graph.registry import dtype_from_name
+from fusionsearch.graph.tolerance import TOLERANCE, rel_error
 
 __all__ = [
     "COLLAPSE", "DEFAULT_DTYPES", "INPUT_BYTES_LIMIT", "MAX_MATMULS", "PEAK_LIMIT", "REAL_BMM_K", "REAL_BMM_M",
@@ -85,9 +87,6 @@ def _well_conditioned(g: OpGraph, margin: float = 0.8) -> bool:
     float64 reference. A few float16 graphs are not (rounding amplified where an op keeps a small part of a
     wide value: a relu of mostly negative values, a shift onto zero, a one-column product that cancels): no
     plan could validate them, so they test nothing. Small graphs only: it runs the graph."""
-    from fusionsearch.graph.reference import random_inputs, reference
-    from fusionsearch.measure.validate import TOLERANCE, rel_error
-
     inputs = random_inputs(g)
     outs, exact = reference(g, inputs), reference(g, inputs, float64=True)
     return all(rel_error(o, r) <= margin * TOLERANCE[o.dtype] for o, r in zip(outs, exact, strict=True))
