@@ -16,11 +16,7 @@ MODULES = {  # over 500 lines, and why
     "fusionsearch/cli.py": "one parser per subcommand; issue 26 splits the commands into their own modules",
     "fusionsearch/search/study.py": "the Optuna driver's nine concerns; issue 26 splits storage, samplers, "
                                     "objective and the trial loop",
-    "fusionsearch/search/plan.py": "the plan values, legality and building from decisions; issue 26 moves them "
-                                   "to plan/",
     "fusionsearch/graph/capture.py": "the aten-to-registry mapping, one method per op family",
-    "fusionsearch/datasets/random_graphs.py": "the random graph families of the cost model's data; issue 26 "
-                                              "splits it",
 }
 FUNCTIONS = {  # over 80 lines, and why
     "fusionsearch/cli.py:build_parser": "every subcommand's arguments in one place, argparse's idiom",
