@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fusionsearch as fs
+from fusionsearch import plan as P
 from fusionsearch.datasets.random_graphs import (
     INPUT_BYTES_LIMIT,
     REAL_KN,
@@ -24,8 +25,7 @@ from fusionsearch.datasets.random_graphs import (
 from fusionsearch.errors import GraphError
 from fusionsearch.graph import OpGraph, graph_from_dict
 from fusionsearch.measure import validate
-from fusionsearch.search import plan as P
-from fusionsearch.search.plan import TemplateKernel, template_operands
+from fusionsearch.plan import TemplateKernel, template_operands
 from fusionsearch.search.space import enumerate_space
 
 N_GRAPHS = 200
