@@ -165,7 +165,7 @@ def folder(tmp_path: Path, saved: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 
     for module, name in (("search.study", "_search"), ("search.study", "run_workers"), ("search.replay", "replay"),
                          ("costmodel.train", "train"), ("costmodel.train", "evaluate"),
-                         ("costmodel.collect", "collect"), ("costmodel.collect", "add_resources"),
+                         ("search.collect", "collect"), ("search.collect", "add_resources"),
                          ("dynamo.backend", "tune_model")):
         monkeypatch.setattr(importlib.import_module(f"fusionsearch.{module}"), name, long_work)
     return tmp_path
