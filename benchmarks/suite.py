@@ -25,12 +25,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
-import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +45,26 @@ from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
 from fusionsearch.measure.bench import kernel_times, measure_ceilings, time_interleaved
 from fusionsearch.plan import TileConfig
 from fusionsearch.search.study import SearchOptions, run_study
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import (  # noqa: E402
+    add_out,
+    bar_chart,
+    case_indices,
+    floor_us,
+    geomean,
+    gpu_state,
+    interleaved_medians,
+    md_row,
+    md_table,
+    out_file,
+    progress,
+    read_json,
+    run_facts,
+    timing_fields,
+    write_json,
+    write_markdown,
+)
 
 # Variants in the order they are measured, tabled and drawn, with their column labels.
 LABELS = {"cublas_bare": "cuBLAS bare", "eager": "eager", "torch_compile": "torch.compile",
@@ -79,12 +95,6 @@ def matmul_problems(g: OpGraph) -> list[Problem]:
     return [problem(g, mm) for mm in g.nodes_of_kind("template")]
 
 
-def floor_us(nbytes: int, flops: int, bandwidth: float, peak: float) -> float:
-    """The roofline floor (µs) of moving `nbytes` at `bandwidth` (bytes/s) and computing `flops` at `peak`
-    (flop/s): no implementation can beat it."""
-    return max(nbytes / bandwidth, flops / peak) * 1e6
-
-
 # ---- the variants ------------------------------------------------------------------------------------
 
 def as_list(out: Any) -> list[torch.Tensor]:
@@ -106,27 +116,12 @@ def check_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor] | N
 
 def timing_record(t: Timing) -> dict[str, Any]:
     """A Timing as JSON fields (median_us, p20_us, p80_us, peak_bytes), with the GPU's state just after it."""
-    return {**{k: v for k, v in dataclasses.asdict(t).items() if k not in ("ok", "reason")}, "gpu": gpu_state()}
-
-
-GPU_QUERY = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+    return {**timing_fields(t), "gpu": gpu_state()}
 
 
 def timed_call(call: Callable[[], Any]) -> dict[str, Any]:
     """The first-pass timing record of `call`, holding the callable for the case's interleaved rounds."""
     return {**timing_record(time_callable(call)), TIMED: call}
-
-
-def gpu_state() -> dict[str, str]:
-    """The GPU's SM and memory clocks, power draw, temperature and active throttle reasons from nvidia-smi
-    (empty without it): what a time that drifts between two timings of one kernel is read against."""
-    try:
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader",
-                               f"--id={torch.cuda.current_device()}"], capture_output=True, text=True, timeout=10)
-    except Exception:  # no nvidia-smi, no CUDA device: nothing to read
-        return {}
-    values = [v.strip() for v in done.stdout.strip().split(",")]
-    return dict(zip(GPU_QUERY, values, strict=True)) if done.returncode == 0 and len(values) == len(GPU_QUERY) else {}
 
 
 def attempt(measure: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -251,7 +246,7 @@ def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args:
     row: dict[str, Any] = {
         "index": index, "case": case_name(case), "workload": case["workload"], "shape": case["shape"],
         "anchor": {k: v for k, v in case.items() if k.endswith("_us")}, "bytes": nbytes, "flops": flops,
-        "floor_us": floor_us(nbytes, flops, ceilings["bandwidth_bytes_per_s"], ceilings["peak_flops"]),
+        "floor_us": floor_us(nbytes, flops, ceilings),
         "variants": {}}
     variants = row["variants"]
     torch._dynamo.reset()  # each case compiles from a fresh dynamo state
@@ -296,13 +291,15 @@ def retime_interleaved(row: dict[str, Any], rounds: int) -> None:
     records = timed_records(row)
     try:
         if rounds > 0:
-            by_round = time_interleaved({name: rec[TIMED] for name, rec in records.items()}, rounds=rounds)
+            # time_interleaved by this module's name, so that a test can stand in for the GPU timer
+            by_round, medians = interleaved_medians({name: rec[TIMED] for name, rec in records.items()}, rounds,
+                                                    timer=time_interleaved)
             row["gpu_after_rounds"] = gpu_state()
             for name, rec in records.items():
-                if by_round[name]:
+                if name in medians:
                     rec["first_pass"] = {k: rec.pop(k) for k in ("median_us", "p20_us", "p80_us", "gpu") if k in rec}
                     rec["rounds_us"] = by_round[name]
-                    rec["median_us"] = statistics.median(by_round[name])
+                    rec["median_us"] = medians[name]
     except Exception as e:  # the first pass's figures stand
         row["rounds_error"] = failure_reason(e)
     finally:
@@ -342,10 +339,6 @@ def option_cell(rec: dict[str, Any]) -> str:
 
 def ratio_cell(num: float | None, den: float | None) -> str:
     return "" if num is None or den is None or den <= 0 else f"{num / den:.2f}"
-
-
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def speedup_line(rows: Sequence[dict[str, Any]]) -> str:
@@ -396,7 +389,7 @@ def markdown(report: dict[str, Any]) -> str:
             "fusionsearch", *(label for label, _ in CODEGEN_VARIANTS.values()), "× eager", "× compile",
             "× max-autotune", "fusionsearch ÷ floor", "fusionsearch ÷ copy", "fusionsearch ÷ cuBLAS",
             "peak MB eager / plan", "search s", "trials"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += md_table(head)
     for r in measured:
         fs_us = time_of(r, "fusionsearch")
         fs_rec = r["variants"].get("fusionsearch", {})
@@ -411,7 +404,7 @@ def markdown(report: dict[str, Any]) -> str:
                  ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, copy_us if bandwidth_bound(r) else None),
                  ratio_cell(fs_us, time_of(r, "cublas_bare")),
                  peak_cell, search_cell, trials_cell(fs_rec)]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     return "\n".join([*lines, "", speedup_line(measured), *probe_table(measured)]) + "\n"
 
 
@@ -431,58 +424,25 @@ def probe_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     head = ["case", "searched plan", *(f"{c.short()} {o}" for c in PROBE_CONFIGS for o in PROBE_OPTIONS),
             "fastest ÷ cuBLAS"]
     lines = ["", "Compute-bound cases, the searched plan's fusion on other tiles and templates (µs; blank: does "
-             "not fit shared memory by the analytic check):", "", "| " + " | ".join(head) + " |",
-             "|" + "---|" * len(head)]
+             "not fit shared memory by the analytic check):", "", *md_table(head)]
     for r in probed:
         fs_rec = r["variants"]["fusionsearch"]
         by_key = {(p["config"], p["options"]): p for p in fs_rec["tile_probe"]}
         cells = [option_cell(by_key.get((c.short(), o), {})) for c in PROBE_CONFIGS for o in PROBE_OPTIONS]
         valid = [p["median_us"] for p in fs_rec["tile_probe"] if "median_us" in p and p.get("ok") is not False]
         fastest = min(valid, default=None)
-        lines.append("| " + " | ".join([r["case"], option_cell(fs_rec), *cells,
-                                        ratio_cell(fastest, time_of(r, "cublas_bare"))]) + " |")
+        lines.append(md_row([r["case"], option_cell(fs_rec), *cells, ratio_cell(fastest, time_of(r, "cublas_bare"))]))
     return lines
 
 
 def plot(report: dict[str, Any], path: str) -> bool:
     """suite.png: per case, each variant's time over the floor (log scale, 1 = the floor); False without
     matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
     rows = [r for r in report["rows"] if "error" not in r]
-    width = 0.8 / len(LABELS)
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.3 * len(rows)), 5))
-    for i, variant in enumerate(LABELS):
-        xs, ys = [], []
-        for j, r in enumerate(rows):
-            us = time_of(r, variant)
-            if us is not None:
-                xs.append(j + (i - (len(LABELS) - 1) / 2) * width)
-                ys.append(us / r["floor_us"])
-        ax.bar(xs, ys, width, label=LABELS[variant])
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_ylabel("time / floor")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r["case"] for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set_title(f"{report['device']}, bf16: time over the roofline floor (lower is better)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
-def write_json(report: dict[str, Any], path: str) -> None:
-    """Replace the file whole, so that a run killed mid-write leaves the previous case's complete record."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(path + ".tmp", path)
+    series = {label: [None if (us := time_of(r, variant)) is None else us / r["floor_us"] for r in rows]
+              for variant, label in LABELS.items()}
+    return bar_chart(path, [r["case"] for r in rows], series, "time / floor", baseline=1.0,
+                     title=f"{report['device']}, bf16: time over the roofline floor (lower is better)")
 
 
 def progress_line(row: dict[str, Any], elapsed_s: float) -> str:
@@ -495,7 +455,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                  "max-autotune, the searched plan, cuBLAS and the floor.")
     ap.add_argument("--trials", type=int, default=32, help="search trials per case (default 32)")
     ap.add_argument("--cases", default="", help="comma-separated indices into REFERENCE_CASES (default: all)")
-    ap.add_argument("--out", default="out", help="directory for suite.json, suite.md, suite.png")
+    add_out(ap, "suite.json, suite.md, suite.png")
     ap.add_argument("--rounds", type=int, default=5,
                     help="interleaved timing rounds per case whose median is each variant's figure (default 5; "
                          "0: one pass, each variant timed once in turn)")
@@ -505,11 +465,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "into one suite.json, suite.md and suite.png under --out")
     args = ap.parse_args(argv)
     try:
-        args.indices = [int(s) for s in args.cases.split(",") if s.strip()] or list(range(len(REFERENCE_CASES)))
-    except ValueError:
-        ap.error(f"--cases takes case indices such as 0,3,8; got {args.cases!r}")
-    if any(not 0 <= i < len(REFERENCE_CASES) for i in args.indices):
-        ap.error(f"--cases: indices run from 0 to {len(REFERENCE_CASES) - 1}")
+        args.indices = case_indices(args.cases, len(REFERENCE_CASES))
+    except ValueError as e:
+        ap.error(str(e))
     if args.rounds < 0:
         ap.error("--rounds must be 0 or more")
     if args.trials < 1:
@@ -520,10 +478,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def merge(paths: Sequence[str]) -> dict[str, Any]:
     """One report from several runs: every case's row as its run measured it (its floor from that run's own
     ceilings), the first run's header, each run's date and ceilings listed under `runs`."""
-    reports = []
-    for path in paths:
-        with open(path) as f:
-            reports.append(json.load(f))
+    reports = [read_json(path) for path in paths]
     merged = {**reports[0], "rows": sorted((r for rep in reports for r in rep["rows"]), key=lambda r: r["index"]),
               "runs": [{"path": p, "date": rep["date"], "ceilings": rep["ceilings"], "cases": [r["index"] for r in
                                                                                              rep["rows"]]}
@@ -534,36 +489,30 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
 def write_report(report: dict[str, Any], out: str) -> str:
     """suite.md and suite.png beside suite.json; returns the markdown."""
     table = markdown(report)
-    with open(os.path.join(out, "suite.md"), "w") as f:
-        f.write(table)
+    write_markdown(os.path.join(out, "suite.md"), table)
     if not plot(report, os.path.join(out, "suite.png")):
-        print("matplotlib is not installed: no suite.png", file=sys.stderr)
+        progress("matplotlib is not installed: no suite.png")
     return table
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     if args.merge:
-        os.makedirs(args.out, exist_ok=True)
         report = merge(args.merge)
-        write_json(report, os.path.join(args.out, "suite.json"))
+        write_json(report, out_file(args.out, "suite.json"))
         print(write_report(report, args.out), end="")
         return
     if not torch.cuda.is_available():
         sys.exit("benchmarks/suite.py needs a CUDA GPU")
-    import triton
-
-    os.makedirs(args.out, exist_ok=True)
-    json_path = os.path.join(args.out, "suite.json")
+    json_path = out_file(args.out, "suite.json")
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **run_facts("device", "torch", "triton", date="utc"),
         "trials": args.trials, "rounds": args.rounds, "skip_max_autotune": args.skip_max_autotune,
         "ceilings": measure_ceilings(),
         "rows": []}
     c = report["ceilings"]
-    print(f"ceilings: {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s copy, {c['peak_flops'] / 1e12:.0f} TFLOP/s bf16 mm",
-          file=sys.stderr, flush=True)
+    progress(f"ceilings: {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s copy, "
+             f"{c['peak_flops'] / 1e12:.0f} TFLOP/s bf16 mm")
     write_json(report, json_path)
     for index in args.indices:
         start = time.time()
@@ -574,10 +523,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             row = {"index": index, "case": case_name(case), "error": failure_reason(e), "variants": {}}
         report["rows"].append(row)
         write_json(report, json_path)
-        if "error" in row:
-            print(f"[{index}] {row['case']}: failed: {row['error']}", file=sys.stderr, flush=True)
-        else:
-            print(progress_line(row, time.time() - start), file=sys.stderr, flush=True)
+        progress(f"[{index}] {row['case']}: failed: {row['error']}" if "error" in row
+                 else progress_line(row, time.time() - start))
     print(write_report(report, args.out), end="")
 
 
