@@ -2,7 +2,7 @@
 
 # The op families register themselves in graph/registry.py on import; importing them here, with the package,
 # fills the registry before any module of the package is used (the registry never imports them back).
-from fusionsearch.graph import ops_extern, ops_pointwise, ops_structural  # noqa: F401  (isort: skip)
+from fusionsearch.graph import ops_bitwise, ops_extern, ops_pointwise, ops_structural  # noqa: F401  (isort: skip)
 
 from fusionsearch.graph.opgraph import Node, OpGraph, contiguous_strides
 from fusionsearch.graph.reference import random_inputs, reference

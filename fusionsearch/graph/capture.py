@@ -45,6 +45,10 @@ Value = str | _Const | _Multi
 _IDENTITY = {"clone", "contiguous", "alias", "detach", "lift_fresh", "lift_fresh_copy"}
 _UNARY = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "silu"}
 _BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "gt", "ge", "lt", "le", "eq", "ne"}
+# aten's names for the bitwise ops (x & y traces as bitwise_and, x >> y as __rshift__) and their registry op.
+_BITWISE = {"bitwise_and": "bitwise_and", "__and__": "bitwise_and", "bitwise_or": "bitwise_or", "__or__": "bitwise_or",
+            "bitwise_right_shift": "bitwise_right_shift", "__rshift__": "bitwise_right_shift",
+            "bitwise_left_shift": "bitwise_left_shift", "__lshift__": "bitwise_left_shift"}
 _CASTS = {"_to_copy", "to", "convert_element_type"}
 _VIEWS = {"view", "_unsafe_view", "reshape"}
 
@@ -409,6 +413,8 @@ class _Builder:
             return self._add(node, op, [self._tensor(args[0])])
         if op in _BINARY or op == "rsub":
             return self._binary(node, op)
+        if op in _BITWISE:
+            return self._binary(node, _BITWISE[op])
         if op == "gelu":
             return self._add(node, op, [self._tensor(args[0])],
                              approximate=kw.get("approximate", args[1] if len(args) > 1 else "none"))

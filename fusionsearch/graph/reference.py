@@ -65,6 +65,18 @@ def index_bounds(g: OpGraph) -> dict[str, int]:
     return bounds
 
 
+def shift_bounds(g: OpGraph) -> dict[str, int]:
+    """For each graph input used as a shift amount, the bit width it shifts within: realistic amounts are in
+    [0, bits) (an unpack's 0 and 4), where random bytes would mostly shift everything out."""
+    bounds: dict[str, int] = {}
+    for node in g:
+        if node.op in ("bitwise_right_shift", "bitwise_left_shift") and len(node.inputs) == 2:
+            bits = node.dtype.itemsize * 8
+            for src in _input_sources(g, node.inputs[1]):
+                bounds[src] = min(bounds.get(src, bits), bits)
+    return bounds
+
+
 def _input_sources(g: OpGraph, name: str) -> list[str]:
     node = g.node(name)
     if node.op == "input":
@@ -86,12 +98,14 @@ def _positive_inputs(g: OpGraph) -> set[str]:
 
 def random_inputs(g: OpGraph, seed: int = 0, device: str | torch.device = "cpu") -> list[torch.Tensor]:
     """Valid, realistic inputs: floats ~N(0,1) (positive where the graph takes a log, root or quotient),
-    int8 over its full range, gather indices uniform over the rows they index (never all zeros).
+    int8 over its full range, gather indices uniform over the rows they index (never all zeros), shift amounts
+    within the bit width.
     Drawn on `device` itself (a GPU draws a gigabyte in milliseconds); deterministic per seed and device."""
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     kw = {"generator": gen, "device": device}
     bounds = index_bounds(g)
+    shifts = shift_bounds(g)
     positive = _positive_inputs(g)
     out = []
     for name in g.inputs:
@@ -101,6 +115,8 @@ def random_inputs(g: OpGraph, seed: int = 0, device: str | torch.device = "cpu")
             if bounds[name] <= 0:
                 raise GraphError(f"input {name!r} indexes an empty table; give the table at least one row")
             t = torch.randint(0, bounds[name], shape, dtype=torch.int64, **kw).to(dt)
+        elif name in shifts:
+            t = torch.randint(0, shifts[name], shape, dtype=torch.int64, **kw).to(dt)
         elif dt.is_floating_point:
             t = torch.rand(shape, **kw) + 0.5 if name in positive else torch.randn(shape, **kw)
             t = t.to(dt)
