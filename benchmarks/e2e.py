@@ -25,11 +25,7 @@ Render the report of a committed e2e.json again:  python benchmarks/e2e.py --rep
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -40,8 +36,23 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import (  # noqa: E402
+    add_out,
+    bar_chart,
+    comma_list,
+    geomean,
+    md_row,
+    md_table,
+    out_file,
+    progress,
+    read_json,
+    run_facts,
+    timing_fields,
+    wall_median_us,
+    write_json,
+    write_markdown,
+)
 from benchmarks.models import llama, moe  # noqa: E402
-from benchmarks.suite import write_json  # noqa: E402
 
 MODES = ("eager", "torch_compile", "reduce_overhead", "max_autotune", "max_autotune_no_cudagraphs", "fusionsearch")
 TORCH_MODES = {"torch_compile": "default", "reduce_overhead": "reduce-overhead", "max_autotune": "max-autotune",
@@ -173,15 +184,8 @@ def time_step(fn: Callable[[], Any], setup: Setup) -> dict[str, float]:
     if setup.gpu:
         from fusionsearch.measure import time_callable
 
-        t = time_callable(fn)
-        return {"median_us": t.median_us, "p20_us": t.p20_us, "p80_us": t.p80_us, "peak_bytes": t.peak_bytes}
-    fn()
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e6)
-    return {"median_us": statistics.median(times)}
+        return timing_fields(time_callable(fn))
+    return {"median_us": wall_median_us(fn)}
 
 
 def run_mode(w: Workload, mode: str, refs: list[list[torch.Tensor]] | None, args: argparse.Namespace
@@ -241,7 +245,7 @@ def run_case(case: Case, setup: Setup, args: argparse.Namespace, bandwidth: floa
         if bandwidth and "median_us" in rec:
             rec["bandwidth_share"] = w.weight_bytes() / (rec["median_us"] * 1e-6) / bandwidth
         row["variants"][mode] = rec
-        print(f"{case.name} {mode}: {rec.get('median_us', rec.get('error'))}", file=sys.stderr, flush=True)
+        progress(f"{case.name} {mode}: {rec.get('median_us', rec.get('error'))}")
         write(row)
     del w
     if setup.gpu:
@@ -273,8 +277,7 @@ def markdown(report: dict[str, Any]) -> str:
     head = ["case", *[f"{m} µs" for m in modes], "fusionsearch ÷ best", "best PyTorch mode", "tune s",
             "weights ÷ copy BW"]
     lines = [f"Device: {report.get('device', '?')}, torch {report.get('torch', '?')}, {report.get('date', '')}; "
-             f"µs per step (do_bench median); tokens/s = batch × tokens ÷ step time.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             f"µs per step (do_bench median); tokens/s = batch × tokens ÷ step time.", "", *md_table(head)]
     for r in report["rows"]:
         cells = [r["case"]]
         for m in modes:
@@ -287,58 +290,34 @@ def markdown(report: dict[str, Any]) -> str:
         share = ours.get("bandwidth_share")
         cells += [f"{s:.2f}×" if s else "-", best[0] if best else "-", f"{ours['tune_s']:.0f}" if "tune_s" in ours
                   else "-", f"{share:.0%}" if share else "-"]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     return "\n".join(lines)
 
 
 def plot(report: dict[str, Any], path: str) -> bool:
     """Tokens/s per mode and case (log scale), as a PNG; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
     rows = report["rows"]
     modes = [m for m in MODES if any("tokens_per_s" in r["variants"].get(m, {}) for r in rows)]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows)), 4.2))
-    width = 0.8 / max(len(modes), 1)
-    for j, m in enumerate(modes):
-        xs = [i + j * width for i in range(len(rows))]
-        ys = [r["variants"].get(m, {}).get("tokens_per_s", 0.0) for r in rows]
-        ax.bar(xs, ys, width, label=m)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["case"] for r in rows], rotation=30,
-                  ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("tokens / s")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    series = {m: [r["variants"].get(m, {}).get("tokens_per_s") for r in rows] for m in modes}
+    return bar_chart(path, [r["case"] for r in rows], series, "tokens / s", size=(6.0, 4.2), legend_size=7)
 
 
 def write_report(report: dict[str, Any], out: str) -> str:
-    write_json(report, os.path.join(out, "e2e.json"))
+    write_json(report, out_file(out, "e2e.json"))
     table = markdown(report)
-    with open(os.path.join(out, "e2e.md"), "w") as f:
-        f.write(table + "\n")
+    write_markdown(os.path.join(out, "e2e.md"), table)
     plot(report, os.path.join(out, "e2e.png"))
     return table
 
 
 def load_report(out: str) -> dict[str, Any]:
     path = os.path.join(out, "e2e.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    return {"rows": []}
+    return read_json(path) if os.path.exists(path) else {"rows": []}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="e2e-out")
+    add_out(ap, "e2e.json, e2e.md, e2e.png (an e2e.json there is merged)", default="e2e-out")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)} (eager "
                     "is always run first: the others are checked against it)")
@@ -353,8 +332,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--deadline-s", type=float, default=None, help="skip what would start after this many seconds")
     ap.add_argument("--report", metavar="DIR", help="only render DIR/e2e.json again (md and png)")
     args = ap.parse_args(argv)
-    args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.cases = comma_list(args.cases)
+    modes = comma_list(args.modes)
     if unknown := [m for m in modes if m not in MODES]:
         ap.error(f"--modes: unknown {unknown}; choose from {list(MODES)}")
     args.modes = ["eager", *[m for m in modes if m != "eager"]]
@@ -377,11 +356,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("e2e.py: no CUDA GPU here; --device cpu runs the tiny smoke version")
     setup = Setup(args.device, torch.bfloat16 if args.device == "cuda" else torch.float32, args.preset, args.layers)
-    os.makedirs(args.out, exist_ok=True)
     report = load_report(args.out)
-    report.update({"device": torch.cuda.get_device_name() if setup.gpu else "cpu", "torch": torch.__version__,
-                   "date": datetime.date.today().isoformat(), "layers": args.layers, "preset": args.preset,
-                   "trials": args.trials, "inductor": args.inductor})
+    report.update({**run_facts("device", "torch", device=args.device, date="day"), "layers": args.layers,
+                   "preset": args.preset, "trials": args.trials, "inductor": args.inductor})
     if setup.gpu and "bandwidth_bytes_per_s" not in report:
         from fusionsearch.measure.bench import measure_ceilings
 
@@ -398,8 +375,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(write_report(report, args.out))
     geo = [s for r in report["rows"] if (s := speedup(r))]
     if geo:
-        print(f"fusionsearch over the fastest PyTorch mode: geometric mean "
-              f"{math.exp(sum(map(math.log, geo)) / len(geo)):.2f}× over {len(geo)} cases")
+        print(f"fusionsearch over the fastest PyTorch mode: geometric mean {geomean(geo):.2f}× over {len(geo)} cases")
 
 
 if __name__ == "__main__":
