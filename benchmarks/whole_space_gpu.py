@@ -15,10 +15,9 @@ the other on the same measurements: the first is the case file's `search`, all o
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import statistics
+import sys
 import time
 
 import torch
@@ -26,14 +25,16 @@ import torch
 import fusionsearch as fs
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits
-from fusionsearch.costmodel.collect import hardware_signature
 from fusionsearch.datasets.workloads import REFERENCE_CASES, case_name
 from fusionsearch.errors import failure_reason
-from fusionsearch.measure.bench import time_interleaved
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.plan import Plan
+from fusionsearch.search.collect import hardware_signature
 from fusionsearch.search.space import enumerate_space
 from fusionsearch.search.study import SearchOptions, run_study
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, case_indices, comma_list, interleaved_medians, out_file, write_json  # noqa: E402
 
 
 def search(g: fs.OpGraph, max_configs: int, plans: int, inputs: list, rows: list[dict], best: float,
@@ -71,8 +72,8 @@ def side_by_side(g: fs.OpGraph, pick_json: str, best_json: str, inputs: list, ro
         run = compile_plan(Plan.from_json(pj, g)).module.run
         runs[key] = (lambda r: lambda: r(*inputs))(run)
     try:
-        by_round = time_interleaved(runs, rounds=rounds)
-        pick, best = (statistics.median(by_round[k]) for k in ("pick", "best"))
+        by_round, medians = interleaved_medians(runs, rounds)
+        pick, best = medians["pick"], medians["best"]  # KeyError: one of them raised in every round
     except Exception as e:  # the single pass's regret stands
         return {"error": failure_reason(e, 200)}
     return {"pick_us": pick, "best_us": best, "regret": (pick - best) / best, "rounds_us": by_round}
@@ -80,7 +81,7 @@ def side_by_side(g: fs.OpGraph, pick_json: str, best_json: str, inputs: list, ro
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="out")
+    add_out(ap, "one caseN.json per case")
     ap.add_argument("--max-configs", type=int, default=48)
     ap.add_argument("--swiglu-configs", type=int, default=4)
     ap.add_argument("--workers", type=int, default=14)
@@ -94,12 +95,14 @@ def main() -> None:
     ap.add_argument("--refit-every", default="4",
                     help="the search's --refit-every; several (4,0) search each case once per setting")
     args = ap.parse_args()
-    refits = [int(r) for r in args.refit_every.split(",")]
-    os.makedirs(args.out, exist_ok=True)
+    refits = [int(r) for r in comma_list(args.refit_every)]
+    try:
+        indices = case_indices(args.cases, len(REFERENCE_CASES))
+    except ValueError as e:
+        ap.error(str(e))
     pool = CompilePool(args.workers)
-    for ci, c in enumerate(REFERENCE_CASES):
-        if args.cases and str(ci) not in args.cases.split(","):
-            continue
+    for ci in indices:
+        c = REFERENCE_CASES[ci]
         t0 = time.time()
         g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
         k = args.swiglu_configs if c["workload"] == "swiglu" else args.max_configs
@@ -137,8 +140,7 @@ def main() -> None:
                          f"{s['pick_whole_space_us']:.1f} us on the whole-space timings (regret "
                          f"{100 * s['regret']:.2f}%; side by side with the best "
                          f"{100 * s['side_by_side'].get('regret', math.nan):.2f}%), {s['elapsed_s']:.0f} s")
-        with open(os.path.join(args.out, f"case{ci}.json"), "w") as f:
-            json.dump(record, f)
+        write_json(record, out_file(args.out, f"case{ci}.json"), indent=None)
         print(line, flush=True)
         del inputs, refs
         torch.cuda.empty_cache()
