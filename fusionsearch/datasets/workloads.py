@@ -95,6 +95,82 @@ def _swiglu_torch(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch
     return (F.silu(x @ w1) * (x @ w3)) @ w2
 
 
+def _per_group(g: OpGraph, p: str, K: int, N: int, G: int) -> str:
+    """A per-group parameter [K/G, N] repeated over its group's G rows: [K, N] (an index map, no copy)."""
+    rows = g.add("unsqueeze", [p], name=f"{p}_rows", dim=1)
+    groups = g.add("expand", [rows], name=f"{p}_groups", shape=[K // G, G, N])
+    return g.add("view", [groups], name=f"{p}_k", shape=[K, N])
+
+
+def _w4_dequant_mm(dt: torch.dtype, M: int, K: int, N: int, G: int) -> OpGraph:
+    if K % G or G % 2:
+        raise GraphError(f"workload 'w4_dequant_mm': the group G={G} must be even and divide K={K}")
+    g = OpGraph()
+    x, w = g.input("x", (M, K), dt), g.input("w", (K // 2, N), torch.uint8)
+    shifts = g.input("shifts", (2, 1), torch.uint8)
+    scales, zeros = g.input("scales", (K // G, N), dt), g.input("zeros", (K // G, N), dt)
+    pairs = g.add("unsqueeze", [w], name="w_pairs", dim=1)
+    shifted = g.add("bitwise_right_shift", [pairs, shifts], name="w_shifted")
+    nibbles = g.add("bitwise_and", [shifted], name="w_nibbles", scalar=15)
+    q = g.add("view", [nibbles], name="w_int4", shape=[K, N])
+    qf = g.add("cast", [q], name="w_float", dtype=dtype_name(dt))
+    centered = g.add("sub", [qf], name="w_centered", scalar=8)
+    scaled = g.add("mul", [centered, _per_group(g, scales, K, N, G)], name="w_scaled")
+    wd = g.add("add", [scaled, _per_group(g, zeros, K, N, G)], name="w_dequant")
+    g.set_outputs([g.add("mm", [x, wd], name="y")])
+    return g
+
+
+def _w4_dequant_mm_torch(x: torch.Tensor, w: torch.Tensor, shifts: torch.Tensor, scales: torch.Tensor,
+                         zeros: torch.Tensor) -> torch.Tensor:
+    (K2, N), G = w.shape, x.shape[1] // scales.shape[0]
+    q = ((w.unsqueeze(1) >> shifts) & 15).reshape(2 * K2, N)
+    s = scales.unsqueeze(1).expand(-1, G, -1).reshape(2 * K2, N)
+    z = zeros.unsqueeze(1).expand(-1, G, -1).reshape(2 * K2, N)
+    return x @ ((q.to(x.dtype) - 8) * s + z)
+
+
+def _moe_ffn(dt: torch.dtype, T: int, D: int, H: int, E: int) -> OpGraph:
+    g = OpGraph()
+    x, idx, rw = g.input("x", (T, D), dt), g.input("idx", (T, 2), torch.int64), g.input("rw", (T, 2), dt)
+    w1, w3, w2 = g.input("w1", (E, H, D), dt), g.input("w3", (E, H, D), dt), g.input("w2", (E, D, H), dt)
+    # einsum('ti,taoi->tao'): per token, its row against both chosen experts' [H, D] weights at once.
+    acts = []
+    for w, what in ((w1, "gate"), (w3, "up")):
+        picked = g.add("index", [w, idx], name=f"{w}_picked")
+        flat = g.add("view", [picked], name=f"{w}_flat", shape=[T, 2 * H, D])
+        wt = g.add("transpose", [flat], name=f"{w}_t", dim0=1, dim1=2)
+        rows = g.add("view", [x], name=f"x_{what}", shape=[T, 1, D])
+        acts.append(g.add("bmm", [rows, wt], name=what))
+    h = g.add("mul", [g.add("silu", [acts[0]], name="gate_silu"), acts[1]], name="hidden")
+    # einsum('tao,taio->tai'): per (token, expert) pair.
+    pair_rows = g.add("view", [h], name="hidden_pairs", shape=[2 * T, 1, H])
+    picked = g.add("index", [w2, idx], name="w2_picked")
+    w2t = g.add("transpose", [g.add("view", [picked], name="w2_flat", shape=[2 * T, D, H])], name="w2_t",
+                dim0=1, dim1=2)
+    e = g.add("view", [g.add("bmm", [pair_rows, w2t], name="down")], name="expert_out", shape=[T, 2, D])
+    # einsum('tai,ta->ti'): routing-weighted sum over the pair, as the sum of its two slices.
+    weighted = g.add("mul", [e, g.add("unsqueeze", [rw], name="rw_col", dim=2)], name="weighted")
+    halves = [g.add("slice", [weighted], name=f"expert{a}", dim=1, start=a, end=a + 1, step=1) for a in (0, 1)]
+    y = g.add("add", halves, name="combined")
+    g.set_outputs([g.add("view", [y], name="y", shape=[T, D])])
+    return g
+
+
+def _moe_ffn_torch(x: torch.Tensor, idx: torch.Tensor, rw: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+                   w2: torch.Tensor) -> torch.Tensor:
+    """gpt-fast mixtral's ConditionalFeedForward and MOEFeedForward's weighting, its einsums spelled as the bmms
+    they lower to: silu(einsum('ti,taoi->tao', x, w1[idx])) * einsum(.., w3[idx]), then 'tao,taio->tai' with
+    w2[idx], then 'tai,ta->ti' with the routing weights."""
+    (T, D), H = x.shape, w1.shape[1]
+    gate = torch.bmm(x.view(T, 1, D), w1[idx].view(T, 2 * H, D).transpose(1, 2))
+    up = torch.bmm(x.view(T, 1, D), w3[idx].view(T, 2 * H, D).transpose(1, 2))
+    hidden = (F.silu(gate) * up).view(2 * T, 1, H)
+    expert_out = torch.bmm(hidden, w2[idx].view(2 * T, D, H).transpose(1, 2)).view(T, 2, D)
+    weighted = expert_out * rw.unsqueeze(2)
+    return (weighted[:, 0:1] + weighted[:, 1:2]).view(T, D)
+
+
 @dataclass(frozen=True)
 class Workload:
     """A named graph family: builder, PyTorch form, default shape (from the reference figures)."""
@@ -115,6 +191,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("cast_mm", "x_fp32.to(dtype) @ w", _cast_mm, _cast_mm_torch, {"M": 4096, "K": 4096, "N": 4096}),
     Workload("scale_mm", "(x * g[K]) @ w", _scale_mm, _scale_mm_torch, {"M": 4096, "K": 4096, "N": 4096}),
     Workload("swiglu", "(silu(x @ w1) * (x @ w3)) @ w2", _swiglu, _swiglu_torch, {"M": 16, "D": 4096, "H": 11008}),
+    Workload("w4_dequant_mm", "x @ (((w_uint8[K/2,N] >> [4,0]) & 15 - 8) * s[K/G,N] + z[K/G,N]), int4 in nibbles",
+             _w4_dequant_mm, _w4_dequant_mm_torch, {"M": 16, "K": 4096, "N": 11008, "G": 128}),
+    Workload("moe_ffn", "Mixtral MoE FFN, top-2: sum_a rw[t,a] * w2[idx] @ (silu(w1[idx] @ x) * (w3[idx] @ x))",
+             _moe_ffn, _moe_ffn_torch, {"T": 16, "D": 4096, "H": 14336, "E": 8}),
 ]}
 
 # The cases measured in shared/anchors/README.md (H200, bf16): workload, shape, and the figures in µs.

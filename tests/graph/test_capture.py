@@ -13,7 +13,7 @@ from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import WORKLOADS
 from fusionsearch.graph.opgraph import OpGraph
 
-SMALL = {"M": 16, "K": 32, "N": 24, "T": 20, "D": 16, "H": 32}
+SMALL = {"M": 16, "K": 32, "N": 24, "T": 20, "D": 16, "H": 32, "G": 8, "E": 4}
 
 
 def ops(g: OpGraph) -> list[str]:

@@ -19,6 +19,8 @@ SMALL: dict[str, dict[str, int]] = {
     "cast_mm": {"M": 6, "K": 16, "N": 10},
     "scale_mm": {"M": 7, "K": 16, "N": 9},
     "swiglu": {"M": 3, "D": 16, "H": 40},
+    "w4_dequant_mm": {"M": 3, "K": 32, "N": 24, "G": 8},
+    "moe_ffn": {"T": 5, "D": 16, "H": 40, "E": 3},
 }
 DTYPES = [torch.float32, torch.bfloat16]
 
