@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import sys
 import time
@@ -27,6 +26,9 @@ import fusionsearch as fs
 from fusionsearch.measure.isolate import MeasureWorker
 from fusionsearch.measure.judge import MeasureState, judge_plan
 from fusionsearch.search.study import SearchOptions, run_study
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, md_table, out_file, run_facts, write_json  # noqa: E402
 
 
 @triton.jit
@@ -49,12 +51,11 @@ def faulty_judge(state: MeasureState, plan_json: str, kernels: bool) -> dict[str
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="out")
+    add_out(ap, "fault.json")
     ap.add_argument("--trials", type=int, default=16)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmarks/fault_gpu.py needs a CUDA GPU")
-    os.makedirs(args.out, exist_ok=True)
     g = fs.workload("mm_bias_gelu", M=16, K=4096, N=4096)
     worker = MeasureWorker(g.to_dict(), device="cuda", seed=0, timeout_s=120,
                            judge="benchmarks.fault_gpu:faulty_judge")
@@ -69,17 +70,14 @@ def main() -> None:
                      "picked_to_fault": bool(plan_json) and faults(plan_json), "reason": t.reason})
     # The search's process never touched the faulting context: it still runs work on the GPU.
     alive = float((torch.ones(4, device="cuda") * 2).sum().item()) == 8.0
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "trials": args.trials, "wall_s": wall, "workers_started": worker.started,
+    report = {**run_facts("device", "torch", "triton"), "trials": args.trials, "wall_s": wall,
+              "workers_started": worker.started,
               "search_process_gpu_ok": alive, "counts": res.counts(), "best_us": res.best_us,
               "best_plan": res.best.describe(), "rows": rows}
-    with open(os.path.join(args.out, "fault.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    print("| trial | status | picked to fault | measured us | reason |\n|---|---|---|---|---|")
-    for r in rows:
-        us = "" if r["measured_us"] is None else f"{r['measured_us']:.1f}"
-        print(f"| {r['number']} | {r['status']} | {'yes' if r['picked_to_fault'] else ''} | {us} | "
-              f"{r['reason'][:150]} |")
+    write_json(report, out_file(args.out, "fault.json"))
+    print("\n".join(md_table(["trial", "status", "picked to fault", "measured us", "reason"], (
+        [r["number"], r["status"], "yes" if r["picked_to_fault"] else "",
+         "" if r["measured_us"] is None else f"{r['measured_us']:.1f}", r["reason"][:150]] for r in rows))))
     print(f"\n{len(rows)} trials {res.counts()} in {wall:.0f} s; measurement workers started: {worker.started}; "
           f"search process GPU ok after: {alive}; best {res.best_us:.1f} us")
 

@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -32,6 +33,9 @@ from fusionsearch.measure.bench import time_callable
 from fusionsearch.measure.validate import TOLERANCE, rel_error
 from fusionsearch.plan import heuristic
 from fusionsearch.search.space import config_candidates
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, geomean, out_file, run_facts, write_json  # noqa: E402
 
 MODES = ("ieee", "tf32x3", "tf32")
 CASES = (  # (label, workload, shape): decode and prefill shapes, a plain matmul, a dequant and a gather prologue
@@ -96,10 +100,6 @@ def plan_rows(label: str, g: Any, inputs: list[torch.Tensor], ref: list[torch.Te
     return rows
 
 
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
 def summary(rows: list[dict[str, Any]]) -> tuple[list[str], bool]:
     """Per case: eager times and errors, each option's best time, worst error, invalid count and its geometric
     mean speed-up over ieee on the same configs. Also whether tf32x3 passes the gate."""
@@ -136,7 +136,7 @@ def summary(rows: list[dict[str, Any]]) -> tuple[list[str], bool]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=".")
+    add_out(ap, "fp32_dot.json", default=".")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--configs", type=int, default=8, help="tile configs per case")
     ap.add_argument("--small", action="store_true", help="one tiny case (CPU smoke test)")
@@ -151,12 +151,9 @@ def main() -> None:
         ref = fs.reference(g, inputs, float64=True)
         rows += eager_rows(label, g, inputs, ref, timing)
         rows += plan_rows(label, g, inputs, ref, args.configs, timing)
-    os.makedirs(args.out, exist_ok=True)
     lines, passed = summary(rows)
-    meta = {"device": torch.cuda.get_device_name() if timing else "cpu", "torch": torch.__version__,
-            "seconds": round(time.time() - start, 1)}
-    with open(os.path.join(args.out, "fp32_dot.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows, "table": lines}, f, indent=1)
+    meta = {**run_facts("device", "torch", device=args.device), "seconds": round(time.time() - start, 1)}
+    write_json({"meta": meta, "rows": rows, "table": lines}, out_file(args.out, "fp32_dot.json"))
     print("\n".join(lines))
     if args.gate and not passed:
         raise SystemExit(3)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import math
 import os
 import random
+import sys
 
 import numpy as np
 import optuna
@@ -30,9 +30,12 @@ from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, H200
 from fusionsearch.costmodel.learned import load, per_plan, plan_time_us, plans_matrix
 from fusionsearch.costmodel.refit import StudyRefit
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 from fusionsearch.search.ranked import compile_fastest
 from fusionsearch.search.space import enumerate_space
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, out_file, pyplot, read_json, save_figure, write_json  # noqa: E402
 
 
 def curve(order_times: list[float], best: float) -> list[float]:
@@ -99,7 +102,7 @@ def mean_curves(curves: list[list[float]]) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
-    ap.add_argument("--out", default="out")
+    add_out(ap, "prune-replay.json, prune-replay.png")
     ap.add_argument("--model", default=DEFAULT_MODEL_PATH)
     ap.add_argument("--refit-every", type=int, default=4)
     ap.add_argument("--compiled", action="store_true",
@@ -107,12 +110,11 @@ def main() -> None:
                          "(on this CPU, ~1 s a plan) and priced again")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    os.makedirs(args.out, exist_ok=True)
     model = load(args.model)
     report = []
     paths = glob.glob(os.path.join(args.results, "case*.json"))
     for path in sorted(paths, key=lambda p: int(os.path.basename(p)[4:-5])):
-        data = json.load(open(path))
+        data = read_json(path)
         c = data["case"]
         g = fs.workload(c["workload"], dtype=torch.bfloat16, **c["shape"])
         space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), data["max_configs"],
@@ -143,17 +145,16 @@ def main() -> None:
     worst = {k: max(r["regret_at_budget"][k] for r in report) for k in geo}
     print("geomean regret at a tenth of the space: " + "  ".join(f"{k} {100 * v:.2f}%" for k, v in geo.items()))
     print("worst case:                             " + "  ".join(f"{k} {100 * v:.2f}%" for k, v in worst.items()))
-    with open(os.path.join(args.out, "prune-replay.json"), "w") as f:
-        json.dump({"cases": report, "geomean_regret": geo, "worst_regret": worst}, f, indent=1)
-    _plot(report, os.path.join(args.out, "prune-replay.png"))
+    write_json({"cases": report, "geomean_regret": geo, "worst_regret": worst}, out_file(args.out, "prune-replay.json"))
+    if not _plot(report, out_file(args.out, "prune-replay.png")):
+        print("matplotlib is not installed: no prune-replay.png")
 
 
-def _plot(report: list[dict], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plot(report: list[dict], path: str) -> bool:
+    """One panel per case: regret against plans measured, per strategy; False without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return False
     cols = 5
     rows = math.ceil(len(report) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows))
@@ -166,8 +167,8 @@ def _plot(report: list[dict], path: str) -> None:
         ax.set_xlabel("plans measured")
         ax.set_ylabel("regret % (capped at 100)")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
+    return True
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -28,7 +28,10 @@ from fusionsearch.errors import failure_reason
 from fusionsearch.measure import validate
 from fusionsearch.measure.bench import benchmark, measure_ceilings, time_callable
 from fusionsearch.measure.isolate import CompilePool
-from fusionsearch.search.plan import Plan, TemplateKernel, TileConfig, fully_fused
+from fusionsearch.plan import Plan, TemplateKernel, TileConfig, fully_fused
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, floor_us, md_table, out_file, run_facts, write_json  # noqa: E402
 
 CASES = [("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, (16,)),
          ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, (16,)),
@@ -67,14 +70,13 @@ def cublas_us(g: fs.OpGraph, mm: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="out")
+    add_out(ap, "sweep.json")
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--rep-ms", type=int, default=20)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
     ceilings = measure_ceilings()
     pool = CompilePool(args.workers)
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "ceilings": ceilings, "cases": []}
+    report: dict[str, Any] = {**run_facts("device"), "ceilings": ceilings, "cases": []}
     summary = []
     for name, shape, block_ms in CASES:
         t0 = time.time()
@@ -111,14 +113,13 @@ def main() -> None:
                                    "two_kernel_us": t.median_us if t.ok else None})
         tma = [tma_probe(base.with_config(by_name[r["config"]]), by_name[r["config"]], inputs, refs, args.rep_ms)
                for r in ok[:8]]
-        floor = max(least_bytes(g) / ceilings["bandwidth_bytes_per_s"], matmul_flops(g) / ceilings["peak_flops"]) * 1e6
+        floor = floor_us(least_bytes(g), matmul_flops(g), ceilings)
         cb = cublas_us(g, mm)
         case = {"case": case_name({"workload": name, "shape": shape}), "floor_us": floor, "cublas_bare_us": cb,
                 "configs": len(cfgs), "ok": len(ok), "rows": rows, "two_kernel": two_kernel, "tma": tma,
                 "seconds": time.time() - t0}
         report["cases"].append(case)
-        with open(os.path.join(args.out, "sweep.json"), "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, out_file(args.out, "sweep.json"))
         print(f"{case['case']}: {len(cfgs)} configs, {len(ok)} ok, {case['seconds']:.0f} s; floor {floor:.1f} us, "
               f"cuBLAS bare {cb:.1f} us", flush=True)
         for r in ok[:10]:
@@ -137,11 +138,9 @@ def main() -> None:
         del inputs, refs
         torch.cuda.empty_cache()
     pool.close()
-    print("| case | floor us | cuBLAS bare us | best fused us | x floor | config |")
-    print("|---|---|---|---|---|---|")
-    for c, floor, cb, best, cfg in summary:
-        cells = [f"{best:.1f}", f"{best / floor:.2f}"] if best else ["failed", ""]
-        print(f"| {c} | {floor:.1f} | {cb:.1f} | " + " | ".join(cells) + f" | {cfg} |")
+    print("\n".join(md_table(["case", "floor us", "cuBLAS bare us", "best fused us", "x floor", "config"], (
+        [c, f"{floor:.1f}", f"{cb:.1f}", *([f"{best:.1f}", f"{best / floor:.2f}"] if best else ["failed", ""]), cfg]
+        for c, floor, cb, best, cfg in summary))))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ Writes workers.json; prints a table last."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
 
 import torch
@@ -17,6 +17,9 @@ import torch
 import fusionsearch as fs
 from fusionsearch.search.study import SearchOptions, run_study
 from fusionsearch.search.workers import visible_gpus
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, md_table, out_file, run_facts, write_json  # noqa: E402
 
 
 def one(g: fs.OpGraph, trials: int, workers: int | str, storage: str) -> dict:
@@ -34,22 +37,20 @@ def one(g: fs.OpGraph, trials: int, workers: int | str, storage: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="out")
+    add_out(ap, "workers.json and the two studies' SQLite files")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--workload", default="w8_dequant_mm")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)  # the studies' SQLite files go there first
     g = fs.workload(args.workload, dtype=torch.bfloat16)
     gpus = visible_gpus()
     rows = [one(g, args.trials, 1, f"sqlite:///{args.out}/one.db"),
             one(g, args.trials, "auto", f"sqlite:///{args.out}/all.db")]
-    with open(os.path.join(args.out, "workers.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "gpus": gpus, "rows": rows}, f, indent=1)
-    print(f"| workers ({len(gpus)} GPUs) | wall s | measured | measured / s | each slot once | best us | by worker |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['workers']} | {r['wall_s']:.0f} | {r['measured']} | {r['measured_per_s']:.2f} | "
-              f"{r['each_slot_once']} | {r['best_us']:.1f} | {r['by_worker']} |")
+    write_json({**run_facts("device"), "gpus": gpus, "rows": rows}, out_file(args.out, "workers.json"))
+    head = [f"workers ({len(gpus)} GPUs)", "wall s", "measured", "measured / s", "each slot once", "best us",
+            "by worker"]
+    print("\n".join(md_table(head, ([r["workers"], f"{r['wall_s']:.0f}", r["measured"], f"{r['measured_per_s']:.2f}",
+                                     r["each_slot_once"], f"{r['best_us']:.1f}", r["by_worker"]] for r in rows))))
 
 
 if __name__ == "__main__":
