@@ -18,7 +18,7 @@ import torch
 import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.costmodel.hardware import H200
-from fusionsearch.search.plan import Plan
+from fusionsearch.plan import Plan
 from fusionsearch.search.space import enumerate_space, random_plans
 from fusionsearch.search.study import SearchOptions, run_study
 
