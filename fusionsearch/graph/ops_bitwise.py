@@ -28,9 +28,8 @@ _ALWAYS_IN_RANGE = range(8)
 def _integer_rule(op: str, allow_bool: bool) -> Callable[[Sequence[InputInfo], Attrs], torch.dtype]:
     def rule(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
         _ensure_binary(ins, attrs)
-        scalar = attrs.get("scalar")
-        if isinstance(scalar, float) or (isinstance(scalar, bool) and not allow_bool):
-            raise GraphError(f"{op} takes an integer scalar operand, got {scalar!r}")
+        if isinstance(attrs.get("scalar"), float):
+            raise GraphError(f"{op} takes an integer or bool scalar operand, got {attrs['scalar']!r}")
         dt = promote(ins, attrs)
         if dt.is_floating_point or (dt == torch.bool and not allow_bool):
             kinds = "integer or bool" if allow_bool else "integer"
@@ -43,11 +42,12 @@ def _integer_rule(op: str, allow_bool: bool) -> Callable[[Sequence[InputInfo], A
 
 def _typed_operands(args: Sequence[str], attrs: Attrs) -> tuple[str, str]:
     """The operands, a scalar one made a value of the tensor's dtype the way torch converts it (wrapping: -3 is
-    253 for uint8); a literal in [0, 128), which every integer dtype holds, stays a literal."""
+    253 for uint8; True is 1, or True for a bool tensor); an int in [0, 128), which every integer dtype holds,
+    stays a literal."""
     if len(args) == 2:
         return args[0], args[1]
     s = attrs["scalar"]
-    if isinstance(s, bool) or 0 <= s < 128:
+    if not isinstance(s, bool) and 0 <= s < 128:
         return _operands(args, attrs)
     typed = f"tl.full((), {int(s)}, tl.int64).to({args[0]}.dtype)"
     return (typed, args[0]) if attrs.get("scalar_first") else (args[0], typed)

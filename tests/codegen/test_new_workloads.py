@@ -12,7 +12,6 @@ import torch.nn.functional as F
 import fusionsearch as fs
 from fusionsearch import GraphError
 from fusionsearch import plan as P
-from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.tolerance import output_tolerances, rel_error
@@ -60,7 +59,7 @@ def test_reference_plans_match_float64_in_the_interpreter(name: str, shape: dict
         plan = make(g)
         v = fs.measure.validate(plan, g, inputs)
         assert v.ok, (plan_name, v.reason)
-        out = compile_plan(plan)(*inputs)
+        out = fs.compile_plan(plan)(*inputs)
         out = out[0] if isinstance(out, list | tuple) else out
         assert out.dtype == dtype and rel_error(out, ref64) <= tol, (plan_name, rel_error(out, ref64))
 
@@ -85,7 +84,7 @@ def test_w4_fully_fused_is_one_kernel_that_unpacks_and_dequantises_in_its_b_prol
     w = torch.arange(128 * 64, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(128, 64)
     inputs = [x, w, NIBBLE_SHIFTS, scales, zeros]
     expected = x.double() @ _w4_dequant_by_hand(w, scales, zeros)
-    out = compile_plan(plan)(*inputs)
+    out = fs.compile_plan(plan)(*inputs)
     out = out[0] if isinstance(out, list | tuple) else out
     assert rel_error(out, expected) <= 1e-5
     assert rel_error(fs.reference(g, inputs, float64=True)[0], expected) <= 1e-12

@@ -100,10 +100,23 @@ def _min_call(a: Any, b: Any) -> torch.Tensor:
     return torch.minimum(torch.as_tensor(a), torch.as_tensor(b))
 
 
+def _integral(fn: Callable[[Any, Any], torch.Tensor]) -> Callable[[Any, Any], torch.Tensor]:
+    """A bitwise op: torch has no floating kernel for it on any device, but only the CPU says so (its meta
+    function, which the check falls back to for float16 and bfloat16, computes a dtype anyway)."""
+    def call(a: Any, b: Any) -> torch.Tensor:
+        if any(isinstance(v, float) or (isinstance(v, torch.Tensor) and v.is_floating_point()) for v in (a, b)):
+            raise RuntimeError(f"{fn.__name__} is not implemented for floating operands")
+        return fn(a, b)
+
+    return call
+
+
 BINARY: dict[str, Callable[[Any, Any], torch.Tensor]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow,
     "maximum": _max_call, "minimum": _min_call,
     "gt": operator.gt, "ge": operator.ge, "lt": operator.lt, "le": operator.le, "eq": operator.eq, "ne": operator.ne,
+    "bitwise_and": _integral(operator.and_), "bitwise_or": _integral(operator.or_),
+    "bitwise_right_shift": _integral(operator.rshift), "bitwise_left_shift": _integral(operator.lshift),
 }
 UNARY: dict[str, tuple[dict[str, Any], Callable[[torch.Tensor], torch.Tensor]]] = {
     "neg": ({}, torch.neg), "abs": ({}, torch.abs), "relu": ({}, torch.relu), "exp": ({}, torch.exp),
