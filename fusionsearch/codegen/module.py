@@ -8,13 +8,11 @@ from typing import Any
 
 import torch
 
-from fusionsearch.codegen.kernel import GeneratedKernel
-from fusionsearch.codegen.pointwise import generate_pointwise
-from fusionsearch.codegen.templates import generate_template
-from fusionsearch.errors import CodegenError, PlanError
-from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.errors import CodegenError
 from fusionsearch.graph.registry import dtype_name
-from fusionsearch.plan import ExternKernel, LibraryKernel, Plan, PointwiseKernel, TemplateKernel
+from fusionsearch.kinds import ModuleContext, kind_of
+from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
+from fusionsearch.plan import Plan
 
 PRELUDE = '''\
 import os
@@ -254,27 +252,11 @@ def _triton_bf16(plan: Plan) -> bool:
     """Whether a Triton kernel of the plan reads or computes a bfloat16 value."""
     g = plan.graph
     for k in plan.kernels:
-        if isinstance(k, TemplateKernel | PointwiseKernel):
+        if kind_of(k).runs_triton:
             touched = {n for m in k.nodes for n in (m, *g.node(m).inputs)}
             if any(g.node(n).dtype == torch.bfloat16 for n in touched):
                 return True
     return False
-
-
-def library_call(g: OpGraph, mm: str, buf: dict[str, str]) -> str:
-    """The PyTorch call computing matmul node `mm` (a LibraryKernel) from its operands' buffers: the graph's
-    matmul ops are torch's own, so this is their definition, run by cuBLAS on NVIDIA GPUs. Only numbers from
-    the node's attributes enter the source (checked numbers at graph build)."""
-    node = g.node(mm)
-    args = [buf[s] for s in node.inputs]
-    if node.op in ("mm", "bmm"):
-        return f"torch.{node.op}({args[0]}, {args[1]})"
-    if node.op == "addmm":
-        beta, alpha = float(node.attrs.get("beta", 1)), float(node.attrs.get("alpha", 1))
-        return f"torch.addmm({args[0]}, {args[1]}, {args[2]}, beta={beta!r}, alpha={alpha!r})"
-    if node.op == "linear":
-        return f"torch.nn.functional.linear({args[0]}, {args[1]}, {args[2] if len(args) == 3 else 'None'})"
-    raise PlanError(f"matmul {mm!r} ({node.op}) has no library call; give it a tile config")
 
 
 @dataclass
@@ -312,8 +294,7 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
             "    launched = []"]
     if _triton_bf16(plan):
         head.insert(1, "    _no_bf16_interpreter(device)")
-    if any(isinstance(k, ExternKernel) for k in plan.kernels):
-        head += ["    if not EXTERNS:", "        _load_externs()"]
+    ctx = ModuleContext(g, buf, opts, externs)
     body: list[str] = []
     launches: list[list[str]] = []  # per plan kernel, the statements that run it again on the same buffers
     allocated = set(g.inputs)
@@ -321,34 +302,17 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
     for i, k in enumerate(plan.kernels):
         starts.append(len(body))
         body.append(f"    # step {i}: {k.kind}")
-        if isinstance(k, ExternKernel):
-            node = g.node(k.node)
-            args = ", ".join(buf[s] for s in node.inputs)
-            body.append(f"    {buf[k.node]} = EXTERNS[{len(externs)}]({args})")
-            launches.append([f"EXTERNS[{len(externs)}]({args})"])
-            externs.append({"target": node.attrs["target"], "args": node.attrs.get("args", []),
-                            "kwargs": node.attrs.get("kwargs", {}), "output_index": node.attrs.get("output_index", 0)})
-            allocated.add(k.node)
+        code = kind_of(k).generate(ctx, k, stored[i], f"fs_kernel_{i}")
+        if code.expression is not None and code.node is not None:  # a PyTorch call (library, extern)
+            body.append(f"    {buf[code.node]} = {code.expression}")
+            launches.append([code.expression])
+            allocated.add(code.node)
             continue
-        if isinstance(k, LibraryKernel):
-            call = library_call(g, k.matmul, buf)
-            body.append(f"    {buf[k.matmul]} = {call}")
-            launches.append([call])
-            allocated.add(k.matmul)
+        if not code.triton:
+            body.append(f"    # {code.note}")
+            launches.append([])
             continue
-        name = f"fs_kernel_{i}"
-        if isinstance(k, TemplateKernel):
-            step = generate_template(g, k, stored[i], name, opts.upcast_prologue, opts.upcast_epilogue,
-                                     opts.serial_split_k, opts.tma_loads, opts.persistent, opts.split_epilogue,
-                                     opts.warp_specialize, opts.fp32_dot)
-        else:
-            assert isinstance(k, PointwiseKernel)
-            pk = generate_pointwise(g, k, stored[i], name, opts.upcast_pointwise)
-            if pk is None:
-                body.append("    # (dead nodes: nothing reads them)")
-                launches.append([])
-                continue
-            step = [pk]
+        step = code.triton
         for n in sorted(stored[i], key=list(buf).index):
             if n not in allocated:
                 node = g.node(n)
@@ -375,6 +339,8 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
             calls += _launch_lines(gk, args, len(kernels), record=False)
             kernels.append(gk)
         launches.append(calls)
+    if externs:
+        head += ["    if not EXTERNS:", "        _load_externs()"]
     read_by_tma = {a.node for gk in kernels for a in gk.args if a.tma}
     if read_by_tma:
         checks = ["    _tma_allocator(device)"]
@@ -398,7 +364,7 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
         steps.append(f"    def step_{i}():")
         steps += [f"        {c}" for c in calls] or ["        pass"]
     steps.append(f"    return [{', '.join(f'step_{i}' for i in range(len(launches)))}], {outputs}")
-    library = sum(isinstance(k, LibraryKernel) for k in plan.kernels)
+    library = sum(k.kind == "library" for k in plan.kernels)
     parts = [f"# Generated by fusionsearch for graph {g.signature_hash()}: {len(kernels)} Triton kernels, "
              f"{library} library matmuls, {len(externs)} extern calls.", "# Standalone: needs torch and triton only.",
              PRELUDE]

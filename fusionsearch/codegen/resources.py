@@ -15,15 +15,16 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
-from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
+from fusionsearch.plan.resources import KernelResources
 
 __all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_resources", "resources_pool",
            "sass_figures"]
@@ -32,25 +33,6 @@ __all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_r
 _POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
             torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
             torch.bool: "i1"}
-
-
-@dataclass(frozen=True)
-class KernelResources:
-    """Per thread: registers and the stack frame (bytes; ptxas's spills and local arrays); per program:
-    shared memory (bytes). From the machine code (SASS; None where a record predates them): its instructions,
-    those inside loops (a template's K loop: the work of each K step), the loops (backward branches), and the
-    local-memory loads and stores (spill traffic) inside and outside loops: a spill in the K loop costs every K
-    step, one in the epilogue once a tile (a 255-register GELU epilogue on a 128x256 tile spills there and is
-    the fastest plan of mm_bias_gelu M4096 on the H200)."""
-
-    registers: int
-    stack_bytes: int
-    shared_bytes: int
-    instructions: int | None = None
-    loop_instructions: int | None = None
-    loops: int | None = None
-    loop_local_ops: int | None = None
-    other_local_ops: int | None = None
 
 
 def plan_resources(plan: Any, arch: int = 90, **options: Any) -> list[KernelResources | None]:

@@ -13,17 +13,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from fusionsearch.codegen.dtypes import LOW_PRECISION, compute_dtype
-from fusionsearch.codegen.resources import KernelResources
-from fusionsearch.codegen.templates import problem
-from fusionsearch.costmodel.analytic import Estimate, KernelEstimate, ctas_per_sm, pointwise_work, smem_bytes
+from fusionsearch.costmodel.analytic import Estimate, KernelEstimate
 from fusionsearch.costmodel.analytic import estimate as analytic_estimate
 from fusionsearch.costmodel.hardware import Hardware
 from fusionsearch.errors import CostModelError, FusionSearchError
-from fusionsearch.graph.opgraph import Node, OpGraph
+from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import get_op
 from fusionsearch.graph.spec import graph_from_dict
-from fusionsearch.plan import CodegenOptions, Kernel, Plan, PointwiseKernel, TemplateKernel, template_operands
+from fusionsearch.kinds import kind_of
+from fusionsearch.kinds.counting import bits, loaded
+from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, compute_dtype
+from fusionsearch.plan import CodegenOptions, Plan
+from fusionsearch.plan.resources import KernelResources
 
 __all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
            "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
@@ -78,14 +79,6 @@ _UPCAST = {"pro_a": _DEFAULTS.upcast_prologue, "pro_b": _DEFAULTS.upcast_prologu
            "epi": _DEFAULTS.upcast_epilogue, "body": _DEFAULTS.upcast_pointwise}
 
 
-def _bits(dtype: torch.dtype) -> int:
-    return dtype.itemsize * 8 if dtype != torch.bool else 8
-
-
-def _log2(x: float) -> float:
-    return math.log2(max(1.0, float(x)))
-
-
 def _op_class_counts(g: OpGraph, nodes: Iterable[str]) -> dict[str, int]:
     counts = dict.fromkeys(_OP_CLASSES, 0)
     for n in nodes:
@@ -114,20 +107,6 @@ def _upcasts(g: OpGraph, nodes: Iterable[str], upcast: bool) -> int:
     return count
 
 
-def _loaded(g: OpGraph, nodes: Sequence[str]) -> set[str]:
-    """Values a kernel reads from memory: inputs of its nodes that it does not compute."""
-    inside = set(nodes)
-    return {src for n in nodes for src in g.node(n).inputs if src not in inside}
-
-
-def _regions(k: Kernel) -> dict[str, tuple[str, ...]]:
-    if isinstance(k, TemplateKernel):
-        return {"pro_a": k.prologue_a, "pro_b": k.prologue_b, "epi": k.epilogue, "body": ()}
-    if isinstance(k, PointwiseKernel):
-        return {"pro_a": (), "pro_b": (), "epi": (), "body": k.nodes}
-    return {"pro_a": (), "pro_b": (), "epi": (), "body": ()}
-
-
 def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | None = None,
                     resources: KernelResources | None = None) -> dict[str, float]:
     """The FEATURE_NAMES of kernel `index` of `plan` on `hw` (bytes, flop, µs, counts, bits, log2 sizes).
@@ -151,39 +130,26 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     stored = plan.stored()[index]
     f: dict[str, float] = dict.fromkeys(FEATURE_NAMES, 0.0)
     f.update(_analytic(ke, hw))
-    if k.kind != "library":  # see library_rows
+    kind = kind_of(k)
+    if f"kind_{k.kind}" in f:  # library matmuls (and kinds added since schema v4) have no bit: see library_rows
         f["kind_" + k.kind] = 1.0
 
     upcasts = 0
-    for region, nodes in _regions(k).items():
+    for region, nodes in kind.regions(k).items():
         for cls, c in _op_class_counts(g, nodes).items():
             f[f"{region}_{cls}"] = float(c)
         upcasts += _upcasts(g, nodes, _UPCAST[region])
     f["upcasts"] = float(upcasts)
 
-    loaded = _loaded(g, k.nodes)
-    if loaded:
-        bits = [_bits(g.node(n).dtype) for n in loaded]
-        f["load_bits_min"], f["load_bits_max"] = float(min(bits)), float(max(bits))
+    found = loaded(g, k.nodes)
+    if found:
+        widths = [bits(g.node(n).dtype) for n in found]
+        f["load_bits_min"], f["load_bits_max"] = float(min(widths)), float(max(widths))
     outs = stored or set(k.nodes[-1:])
-    f["out_bits"] = float(max(_bits(g.node(n).dtype) for n in outs))
-
-    if isinstance(k, TemplateKernel):
-        cfg = k.config
-        for key in ("block_m", "block_n", "block_k", "group_m", "split_k", "num_warps", "num_stages"):
-            f[key] = float(getattr(cfg, key))
-        ops = template_operands(g, k.matmul)
-        f["a_bits"], f["b_bits"] = float(_bits(g.node(ops["A"]).dtype)), float(_bits(g.node(ops["B"]).dtype))
-        p = problem(g, k.matmul)
-        f["log2_m"], f["log2_n"], f["log2_k"], f["log2_batch"] = _log2(p.m), _log2(p.n), _log2(p.k), _log2(p.batch)
-        f["log2_numel"] = _log2(p.batch * p.m * p.n)
-        padded = (math.ceil(p.m / cfg.block_m) * cfg.block_m * math.ceil(p.n / cfg.block_n) * cfg.block_n
-                  * math.ceil(p.k / cfg.block_k) * cfg.block_k)
-        f["pad_efficiency"] = p.m * p.n * p.k / padded
-        f.update(_occupancy(g, k, hw))
+    f["out_bits"] = float(max(bits(g.node(n).dtype) for n in outs))
+    f.update(kind.features(g, k, stored, hw, resources))
+    if getattr(kind, "compiled_features", False):
         f.update(compiled_features(resources))
-    else:
-        f["log2_numel"] = _log2(max(g.node(n).numel for n in outs))
     return f
 
 
@@ -200,47 +166,6 @@ def compiled_features(resources: KernelResources | None) -> dict[str, float]:
             "sass_instructions": number(resources.instructions),
             "loop_instructions": number(resources.loop_instructions), "loops": number(resources.loops),
             "loop_local_ops": number(resources.loop_local_ops), "other_local_ops": number(resources.other_local_ops)}
-
-
-def _occupancy(g: OpGraph, k: TemplateKernel, hw: Hardware) -> dict[str, float]:
-    """The v2 template features: how the tile config occupies the machine and what the fused regions cost."""
-    cfg, p, ops = k.config, problem(g, k.matmul), template_operands(g, k.matmul)
-    a, b = g.node(ops["A"]), g.node(ops["B"])
-    k_blocks = math.ceil(p.k / cfg.block_k)
-    split = max(1, min(cfg.split_k, k_blocks))  # as codegen.templates clamps it
-    tiles_m, tiles_n = math.ceil(p.m / cfg.block_m), math.ceil(p.n / cfg.block_n)
-    resident = ctas_per_sm(cfg, a.dtype.itemsize, hw)
-    ctas, slots = tiles_m * tiles_n * split * p.batch, hw.multiprocessors * resident
-    threads = 32 * cfg.num_warps
-    return {
-        "k_steps": float(math.ceil(k_blocks / split)),
-        "smem_kib": smem_bytes(cfg, a.dtype.itemsize) / 1024,
-        "ctas_per_sm": float(resident),
-        "wave_efficiency": ctas / (math.ceil(ctas / slots) * slots),
-        "log2_ctas": _log2(ctas),
-        "acc_per_thread": cfg.block_m * cfg.block_n / threads,
-        "operand_per_thread": (cfg.block_m + cfg.block_n) * cfg.block_k / threads,
-        "m_fill": min(1.0, p.m / cfg.block_m), "n_fill": min(1.0, p.n / cfg.block_n),
-        "split_k_run": float(split),
-        "pro_a_work": _log2(pointwise_work(g, k.prologue_a) * tiles_n),
-        "pro_b_work": _log2(pointwise_work(g, k.prologue_b) * tiles_m),
-        "epi_work": _log2(pointwise_work(g, k.epilogue)),
-        "pro_a_per_thread": len(k.prologue_a) * cfg.block_m * cfg.block_k / threads,
-        "pro_b_per_thread": len(k.prologue_b) * cfg.block_k * cfg.block_n / threads,
-        "pro_a_source_bits": _narrowest_load(g, k.prologue_a), "pro_b_source_bits": _narrowest_load(g, k.prologue_b),
-        "a_k_contiguous": _unit_stride(a, -1), "b_k_contiguous": _unit_stride(b, -2),
-        "b_n_contiguous": _unit_stride(b, -1),
-    }
-
-
-def _narrowest_load(g: OpGraph, nodes: Sequence[str]) -> float:
-    """Bits of the narrowest value a fused region loads (0 without a region): an int8 weight shows as 8."""
-    loaded = _loaded(g, nodes)
-    return float(min(_bits(g.node(n).dtype) for n in loaded)) if loaded else 0.0
-
-
-def _unit_stride(node: Node, dim: int) -> float:
-    return 1.0 if len(node.strides) >= 2 and node.strides[dim] == 1 else 0.0
 
 
 def _analytic(ke: KernelEstimate, hw: Hardware) -> dict[str, float]:

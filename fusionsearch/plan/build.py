@@ -4,24 +4,37 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import networkx as nx
 
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.plan.kernels import ExternKernel, Kernel, LibraryKernel, PointwiseKernel, TemplateKernel, produced
+from fusionsearch.plan.kernels import (
+    ExternKernel,
+    KernelValue,
+    LibraryKernel,
+    PointwiseKernel,
+    TemplateKernel,
+    produced,
+)
 from fusionsearch.plan.legality import FUSABLE, template_operands
 from fusionsearch.plan.plan import Plan
 from fusionsearch.plan.tile import TileConfig
 
 Decision = tuple[str, ...]  # ("standalone",) | ("epilogue", mm) | ("prologue", mm, "A"|"B") | ("group", gid)
 
+# Builds the kernel running one matmul from its fused nodes (prologue A, prologue B, epilogue): a matmul kind's
+# choice (kinds.MatmulKind.kernel), raising PlanError where that kind cannot fuse them.
+MatmulKernelMaker = Callable[[tuple[str, ...], tuple[str, ...], tuple[str, ...]], KernelValue]
+
+
 def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
-               recompute: Iterable[str] = (), library: Iterable[str] = ()) -> Plan:
+               recompute: Iterable[str] = (), library: Iterable[str] = (),
+               matmul_kernels: Mapping[str, MatmulKernelMaker] | None = None) -> Plan:
     """Assemble a legal, ordered Plan from per-node decisions for the fusable nodes (default: standalone)
-    and per-matmul tile configs; the matmuls in `library` run in PyTorch's matmul (nothing fused into them);
-    kernels are ordered by their dependencies."""
+    and per-matmul tile configs; the matmuls in `library` run in PyTorch's matmul (nothing fused into them),
+    those in `matmul_kernels` as the kernel its maker builds; kernels are ordered by their dependencies."""
     configs = configs or {}
     library = set(library)
     groups: dict[str, list[str]] = {}
@@ -43,10 +56,13 @@ def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[s
             pro.setdefault((d[1], d[2]), []).append(n)
         else:
             raise PlanError(f"unknown decision {d!r} for node {n!r}")
-    kernels: list[Kernel] = []
+    kernels: list[KernelValue] = []
     for n in order:
         node = g.node(n)
-        if node.kind == "template" and n in library:
+        if node.kind == "template" and n in (matmul_kernels or {}):
+            kernels.append((matmul_kernels or {})[n](tuple(pro.get((n, "A"), ())), tuple(pro.get((n, "B"), ())),
+                                                      tuple(epi.get(n, ()))))
+        elif node.kind == "template" and n in library:
             if pro.get((n, "A")) or pro.get((n, "B")) or epi.get(n):
                 raise PlanError(f"matmul {n!r} runs in PyTorch's matmul (the library), so nothing can be fused into it")
             kernels.append(LibraryKernel(n))
@@ -59,7 +75,7 @@ def build_plan(g: OpGraph, decisions: Mapping[str, Decision], configs: Mapping[s
     return Plan(g, tuple(_order_kernels(g, kernels)), frozenset(recompute)).check()
 
 
-def _order_kernels(g: OpGraph, kernels: Sequence[Kernel]) -> list[Kernel]:
+def _order_kernels(g: OpGraph, kernels: Sequence[KernelValue]) -> list[KernelValue]:
     """Topological order of kernels by the values they read; a cycle means the fusion choice is illegal."""
     dep = nx.DiGraph()
     dep.add_nodes_from(range(len(kernels)))

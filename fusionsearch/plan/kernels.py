@@ -3,11 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from fusionsearch.errors import PlanError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
+from fusionsearch.plan.kernel_checks import (
+    check_extern,
+    check_library,
+    check_pointwise,
+    check_template,
+    check_template_stored,
+)
 from fusionsearch.plan.tile import TileConfig
+
+
+class KernelValue(Protocol):
+    """What the plan layer reads of any kernel value: its kind's name, the nodes it computes, the nodes it can
+    write, its own legality, and its JSON (the dataclass fields; `from_dict` reads them back)."""
+
+    kind: str
+
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
+
+    def produced(self) -> tuple[str, ...]: ...
+
+    def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None: ...
+
+    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None: ...
+
+    def describe(self, g: OpGraph) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -26,6 +52,38 @@ class TemplateKernel:
     def nodes(self) -> tuple[str, ...]:
         return (*self.prologue_a, *self.prologue_b, self.matmul, *self.epilogue)
 
+    def produced(self) -> tuple[str, ...]:
+        """Prologue values live only in registers: the matmul and its epilogue can be written."""
+        return (self.matmul, *self.epilogue)
+
+    def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
+        check_template(g, self, i, shared_memory_bytes)
+
+    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
+        check_template_stored(g, self, i, stored)
+
+    def describe(self, g: OpGraph) -> str:
+        parts = [f"{g.node(self.matmul).op} {self.matmul}"]
+        for label, nodes in (("prologue A", self.prologue_a), ("prologue B", self.prologue_b),
+                             ("epilogue", self.epilogue)):
+            if nodes:
+                parts.append(f"{label} [{', '.join(nodes)}]")
+        parts.append(f"config {self.config.short()}")
+        return "; ".join(parts)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> TemplateKernel:
+        cfg = d.get("config", {})
+        if not isinstance(cfg, dict) or set(cfg) - set(TileConfig.__dataclass_fields__):
+            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
+        matmul = _name(d, "matmul", where)
+        try:
+            config = TileConfig(**cfg)
+        except PlanError as e:
+            raise PlanError(f"{where} ({matmul!r}): {e}") from None
+        return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where), names(d, "epilogue", where),
+                   config)
+
 
 @dataclass(frozen=True)
 class PointwiseKernel:
@@ -33,6 +91,22 @@ class PointwiseKernel:
 
     nodes: tuple[str, ...]
     kind: Literal["pointwise"] = "pointwise"
+
+    def produced(self) -> tuple[str, ...]:
+        return self.nodes
+
+    def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
+        check_pointwise(g, self, i)
+
+    def describe(self, g: OpGraph) -> str:
+        return f"{self.kind} [{', '.join(self.nodes)}]"
+
+    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
+        return None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> PointwiseKernel:
+        return cls(names(d, "nodes", where))
 
 
 @dataclass(frozen=True)
@@ -45,6 +119,22 @@ class ExternKernel:
     @property
     def nodes(self) -> tuple[str, ...]:
         return (self.node,)
+
+    def produced(self) -> tuple[str, ...]:
+        return self.nodes
+
+    def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
+        check_extern(g, self, i)
+
+    def describe(self, g: OpGraph) -> str:
+        return f"{self.kind} [{', '.join(self.nodes)}]"
+
+    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
+        return None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> ExternKernel:
+        return cls(_name(d, "node", where))
 
 
 @dataclass(frozen=True)
@@ -59,58 +149,84 @@ class LibraryKernel:
     def nodes(self) -> tuple[str, ...]:
         return (self.matmul,)
 
+    def produced(self) -> tuple[str, ...]:
+        return self.nodes
+
+    def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
+        check_library(g, self, i)
+
+    def describe(self, g: OpGraph) -> str:
+        return f"{g.node(self.matmul).op} {self.matmul}; library (PyTorch's matmul: cuBLAS)"
+
+    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
+        return None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> LibraryKernel:
+        return cls(_name(d, "matmul", where))
+
 
 Kernel = TemplateKernel | PointwiseKernel | ExternKernel | LibraryKernel
 
 
-def produced(k: Kernel) -> tuple[str, ...]:
+def produced(k: KernelValue) -> tuple[str, ...]:
     """Nodes a kernel can write to memory: prologue values live only in registers."""
-    if isinstance(k, TemplateKernel):
-        return (k.matmul, *k.epilogue)
-    return k.nodes
+    return k.produced()
 
 
+# ---- the kernel value types, by kind name ------------------------------------------------------
 
-_KERNEL_FIELDS = {"template": {"kind", "matmul", "prologue_a", "prologue_b", "epilogue", "config"},
-                  "pointwise": {"kind", "nodes"}, "extern": {"kind", "node"}, "library": {"kind", "matmul"}}
+# Filled by the kinds (fusionsearch/kinds/), one entry per registered kind: the plan layer reads a kernel's
+# JSON through its type without knowing the kinds above it.
+_KERNEL_TYPES: dict[str, type] = {}
 
 
-def kernel_from_dict(d: Any, where: str) -> Kernel:
+def register_kernel_type(kind: str, value_type: type) -> None:
+    """Read plan kernels of `kind` as `value_type` (a frozen dataclass with KernelValue's methods and a
+    `from_dict(d, where)` classmethod). A name already taken by another type is an error."""
+    if _KERNEL_TYPES.get(kind, value_type) is not value_type:
+        raise PlanError(f"kernel kind {kind!r} is already registered for {_KERNEL_TYPES[kind].__name__}")
+    _KERNEL_TYPES[kind] = value_type
+
+
+def unregister_kernel_type(kind: str) -> None:
+    _KERNEL_TYPES.pop(kind, None)
+
+
+def kernel_types() -> dict[str, type]:
+    """The registered kernel value types by kind name."""
+    return dict(_KERNEL_TYPES)
+
+
+for _builtin in (TemplateKernel, PointwiseKernel, ExternKernel, LibraryKernel):
+    register_kernel_type(_builtin.kind, _builtin)
+
+
+def names(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    """Field `key` of a kernel's JSON as a tuple of node names (absent: empty)."""
+    v = d.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise SpecError(f"{where}: {key!r} must be a list of node names, got {show(v)}")
+    return tuple(v)
+
+
+def _name(d: dict[str, Any], key: str, where: str) -> str:
+    if not isinstance(d.get(key), str):
+        raise SpecError(f"{where}: {key!r} must be a node name")
+    return str(d[key])
+
+
+def kernel_from_dict(d: Any, where: str) -> KernelValue:
+    """The kernel a plan file's entry describes, read by its kind's registered type."""
     if not isinstance(d, dict):
         raise SpecError(f"{where}: must be an object")
     kind = d.get("kind")
+    value_type = _KERNEL_TYPES.get(kind) if isinstance(kind, str) else None
+    if value_type is None:
+        known = ", ".join(_KERNEL_TYPES)
+        raise SpecError(f"{where}: 'kind' must be one of {known}, got {show(kind)}")
     # A misspelt key would otherwise be dropped silently, and the plan replayed would not be the plan written.
-    unknown = set(d) - _KERNEL_FIELDS[kind] if isinstance(kind, str) and kind in _KERNEL_FIELDS else set()
+    unknown = set(d) - set(value_type.__dataclass_fields__)  # type: ignore[attr-defined]
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {show(sorted(unknown))} for a {kind} kernel")
-
-    def names(key: str) -> tuple[str, ...]:
-        v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise SpecError(f"{where}: {key!r} must be a list of node names, got {show(v)}")
-        return tuple(v)
-
-    if kind == "template":
-        cfg = d.get("config", {})
-        if not isinstance(cfg, dict) or set(cfg) - set(TileConfig.__dataclass_fields__):
-            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
-        if not isinstance(d.get("matmul"), str):
-            raise SpecError(f"{where}: 'matmul' must be a node name")
-        try:
-            config = TileConfig(**cfg)
-        except PlanError as e:
-            raise PlanError(f"{where} ({d['matmul']!r}): {e}") from None
-        return TemplateKernel(d["matmul"], names("prologue_a"), names("prologue_b"), names("epilogue"), config)
-    if kind == "pointwise":
-        return PointwiseKernel(names("nodes"))
-    if kind == "extern":
-        if not isinstance(d.get("node"), str):
-            raise SpecError(f"{where}: 'node' must be a node name")
-        return ExternKernel(d["node"])
-    if kind == "library":
-        if not isinstance(d.get("matmul"), str):
-            raise SpecError(f"{where}: 'matmul' must be a node name")
-        return LibraryKernel(d["matmul"])
-    raise SpecError(f"{where}: 'kind' must be template, library, pointwise or extern, got {show(kind)}")
-
-
+    return value_type.from_dict(d, where)  # type: ignore[attr-defined, no-any-return]

@@ -11,7 +11,7 @@ from fusionsearch.errors import PlanError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import json_problem, show
 from fusionsearch.graph.spec import parse_json
-from fusionsearch.plan.kernels import Kernel, LibraryKernel, TemplateKernel, kernel_from_dict, produced
+from fusionsearch.plan.kernels import Kernel, kernel_from_dict, produced
 from fusionsearch.plan.legality import check_plan
 from fusionsearch.plan.options import CodegenOptions
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, TileConfig
@@ -52,7 +52,7 @@ class Plan:
 
     def with_config(self, cfg: TileConfig) -> Plan:
         """The same plan with every matmul template on tile config `cfg` (benchmarks sweeping configs)."""
-        kernels = tuple(replace(k, config=cfg) if isinstance(k, TemplateKernel) else k for k in self.kernels)
+        kernels = tuple(replace(k, config=cfg) if k.kind == "template" else k for k in self.kernels)
         return replace(self, kernels=kernels)
 
     def with_options(self, **overrides: Any) -> Plan:
@@ -121,19 +121,6 @@ class Plan:
         """One line per kernel."""
         lines = []
         for i, k in enumerate(self.kernels):
-            if isinstance(k, TemplateKernel):
-                parts = [f"{i}: {self.graph.node(k.matmul).op} {k.matmul}"]
-                if k.prologue_a:
-                    parts.append(f"prologue A [{', '.join(k.prologue_a)}]")
-                if k.prologue_b:
-                    parts.append(f"prologue B [{', '.join(k.prologue_b)}]")
-                if k.epilogue:
-                    parts.append(f"epilogue [{', '.join(k.epilogue)}]")
-                parts.append(f"config {k.config.short()}")
-                lines.append("; ".join(parts))
-            elif isinstance(k, LibraryKernel):
-                lines.append(f"{i}: {self.graph.node(k.matmul).op} {k.matmul}; library (PyTorch's matmul: cuBLAS)")
-            else:
-                lines.append(f"{i}: {k.kind} [{', '.join(k.nodes)}]")
+            lines.append(f"{i}: {k.describe(self.graph)}")
         return "\n".join(lines)
 

@@ -3,6 +3,7 @@ is generated for; and the bounds every stage holds it to."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 
 from fusionsearch.errors import PlanError
@@ -55,3 +56,11 @@ class TileConfig:
     def short(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} sk{self.split_k} "
                 f"w{self.num_warps} s{self.num_stages}")
+
+    @staticmethod
+    def from_short(label: str) -> TileConfig:
+        """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
+        found = re.fullmatch(r"(\d+)x(\d+)x(\d+) g(\d+) sk(\d+) w(\d+) s(\d+)", label)
+        if found is None:
+            raise PlanError(f"{label!r} is not a tile config label (like '64x64x64 g8 sk1 w4 s3')")
+        return TileConfig(*map(int, found.groups()))

@@ -3,11 +3,13 @@
 A group is a connected set of fusable nodes between matmuls (and graph inputs/outputs). Each group runs
 standalone, as the epilogue of a matmul that produces one of its inputs, or as the prologue of a consuming
 matmul's A or B operand; only options legal on their own are offered, combinations are checked per trial.
-A matmul's choices are its tile configs and, in a space built with `library=True`, PyTorch's own matmul
-(cuBLAS), legal only where nothing is fused into it."""
+A matmul's choices come from the registered matmul kinds (fusionsearch.kinds): the template's tile configs,
+in a space built with `library=True` PyTorch's own matmul (cuBLAS, legal only where nothing is fused into it),
+and the choices of any other matmul kind registered."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -19,31 +21,33 @@ import networkx as nx
 
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.kinds import MatmulKind, get, matmul_kinds
+from fusionsearch.kinds.library import LIBRARY  # a matmul's config choice: PyTorch's matmul (cuBLAS), nothing fused
+from fusionsearch.kinds.matmul_template.configs import (
+    KNOWN_GOOD_LARGE_M,
+    KNOWN_GOOD_SMALL_M,
+    config_candidates,
+    known_good,
+)
 from fusionsearch.plan import (
     FUSABLE,
     Decision,
+    MatmulKernelMaker,
     Plan,
     TileConfig,
     build_plan,
-    default_config,
     fused_decisions,
     prologue_bytes_ok,
     template_operands,
 )
 
+__all__ = ["KNOWN_GOOD_LARGE_M", "KNOWN_GOOD_SMALL_M", "LIBRARY", "STANDALONE", "Group", "Space", "config_candidates",
+           "enumerate_space", "fusion_groups", "known_good", "random_plans", "seed_plans"]
+
 STANDALONE = "standalone"
-LIBRARY = "library"  # a matmul's config choice: run it in PyTorch's matmul (cuBLAS), nothing fused
-
-# Configs that won the H200 sweeps of benchmarks/plans_gpu.py (bf16): always candidates, and seeded.
-# Small M: the first three from the search's runs; the rest the best of benchmarks/tile_sweep_gpu.py on the
-# H200 (results/h200-2026-12-03-tile-sweep: mm_bias_gelu M16, gather_mm M64), kept in every space whatever
-# the grid's spread below keeps (two are outside that grid: 6 stages, 8 warps).
-KNOWN_GOOD_SMALL_M = (TileConfig(16, 64, 256, 8, 2, 4, 3), TileConfig(16, 128, 128, 8, 4, 4, 4),
-                      TileConfig(16, 64, 128, 8, 4, 4, 4), TileConfig(16, 64, 128, 8, 4, 4, 3),
-                      TileConfig(64, 64, 128, 8, 1, 4, 6), TileConfig(64, 64, 128, 8, 2, 8, 4))
-KNOWN_GOOD_LARGE_M = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(128, 128, 64, 8, 1, 4, 4),
-                      TileConfig(64, 128, 64, 8, 1, 4, 4))
-
+# The matmul kinds whose choices the space holds in its own fields (configs, library); every other registered
+# matmul kind's choices go in Space.others.
+_BUILT_IN_MATMUL_KINDS = ("template", "library")
 
 @dataclass(frozen=True)
 class Group:
@@ -56,27 +60,34 @@ class Group:
 
 @dataclass(frozen=True)
 class Space:
-    """Everything a trial chooses: one option per group, one tile config (or the library) per matmul."""
+    """Everything a trial chooses: one option per group, one tile config (or the library, or another registered
+    matmul kind's choice) per matmul."""
 
     graph: OpGraph
     groups: tuple[Group, ...]
     matmuls: tuple[str, ...]  # node names; mm keys are "mm<i>"
     configs: tuple[tuple[TileConfig, ...], ...]
     library: bool = False  # each matmul may also run in PyTorch's matmul (the LIBRARY choice)
+    others: tuple[tuple[tuple[str, str], ...], ...] = ()  # per matmul: (label, kind name) of other matmul kinds
+
+    def _others(self, i: int) -> tuple[tuple[str, str], ...]:
+        return self.others[i] if self.others else ()
 
     def mm_key(self, name: str) -> str:
         return f"mm{self.matmuls.index(name)}"
 
     def size(self) -> int:
         """Number of distinct (fusion, config) combinations."""
-        return math.prod(len(g.options) for g in self.groups) * math.prod(len(c) + self.library for c in self.configs)
+        return math.prod(len(g.options) for g in self.groups) * math.prod(
+            len(c) + self.library + len(self._others(i)) for i, c in enumerate(self.configs))
 
     def parameter_choices(self) -> dict[str, tuple[str, ...]]:
         """Each trial parameter's name and its choices: one fusion option per group, one config (or the
         library) per matmul."""
         out = {f"{grp.key}.fusion": tuple(grp.options) for grp in self.groups}
         lib = (LIBRARY,) if self.library else ()
-        out.update({f"mm{i}.config": (*(c.short() for c in cfgs), *lib) for i, cfgs in enumerate(self.configs)})
+        out.update({f"mm{i}.config": (*(c.short() for c in cfgs), *lib, *(label for label, _ in self._others(i)))
+                    for i, cfgs in enumerate(self.configs)})
         return out
 
     def suggest(self, trial: Any) -> dict[str, str]:
@@ -114,13 +125,16 @@ class Space:
     def plan(self, params: Mapping[str, object]) -> Plan:
         """The plan for a full set of trial parameters; PlanError when the combination is illegal."""
         decisions = self.decisions({k: str(v) for k, v in params.items() if k.endswith(".fusion")})
-        configs, library = {}, []
+        configs, library, makers = {}, [], {}
         for i, mm in enumerate(self.matmuls):
             label = params.get(f"mm{i}.config")
             if label == LIBRARY and self.library:
                 library.append(mm)
+            other = dict(self._others(i)).get(str(label))
+            if other is not None:
+                makers[mm] = _maker(other, mm, str(label))
             configs[mm] = next((c for c in self.configs[i] if c.short() == label), self.configs[i][0])
-        return build_plan(self.graph, decisions, configs, library=library)
+        return build_plan(self.graph, decisions, configs, library=library, matmul_kernels=makers)
 
     def params_for(self, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
                    library: bool = False) -> dict[str, str]:
@@ -146,8 +160,17 @@ class Space:
             lines.append(f"  {grp.key} [{', '.join(grp.nodes)}]: {', '.join(grp.options)}")
         lib = " or the library (PyTorch's matmul)" if self.library else ""
         for i, mm in enumerate(self.matmuls):
-            lines.append(f"  mm{i} {mm}: {len(self.configs[i])} tile configs{lib}")
+            more = "".join(f" or {label}" for label, _ in self._others(i))
+            lines.append(f"  mm{i} {mm}: {len(self.configs[i])} tile configs{lib}{more}")
         return "\n".join(lines)
+
+
+def _maker(kind_name: str, mm: str, label: str) -> MatmulKernelMaker:
+    """What builds matmul `mm`'s kernel as choice `label` of the registered matmul kind `kind_name`."""
+    kind = get(kind_name)
+    if not isinstance(kind, MatmulKind):
+        raise PlanError(f"kernel kind {kind_name!r} cannot run a matmul")
+    return functools.partial(kind.kernel, mm, label)
 
 
 def _decision(space: Space, option: str, group_key: str) -> Decision:
@@ -187,48 +210,6 @@ def _stages(g: OpGraph, order: list[str], comp: set[str]) -> dict[str, int]:
     return {n: depth[n] for n in comp}
 
 
-def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48) -> tuple[TileConfig, ...]:
-    """Tile configs worth trying for this matmul: a grid filtered by `fits(g, mm, cfg)` (shared memory, block
-    not larger than the padded problem), the default config first."""
-    node = g.node(mm)
-    m, n = node.shape[-2], node.shape[-1]
-    k = g.node(template_operands(g, mm)["A"]).shape[-1]
-    small = m <= 64
-    bms = [16, 32, 64] if small else [64, 128, 256]
-    bns = [32, 64, 128, 256]
-    bks = [64, 128, 256] if small else [32, 64, 128]
-    splits = [1, 2, 4, 8, 16] if small else [1]
-    warps_stages = [(4, 3), (4, 4), (8, 3)] if not small else [(4, 3), (4, 4), (2, 4)]
-    default = default_config(g, mm)
-    known = [c for c in known_good(g, mm) if fits is None or fits(g, mm, c)]  # type: ignore[operator]
-    out = [default, *known]
-
-    def padded(v: int) -> int:
-        return max(16, 1 << (max(v, 1) - 1).bit_length())
-
-    for bm, bn, bk, sk, (w, s) in itertools.product(bms, bns, bks, splits, warps_stages):
-        if bm > padded(m) or bn > padded(n) or bk > padded(k) or sk > max(1, math.ceil(k / bk) // 2):
-            continue
-        cfg = TileConfig(bm, bn, bk, 8, sk, w, s)
-        if cfg in out or (fits is not None and not fits(g, mm, cfg)):  # type: ignore[operator]
-            continue
-        out.append(cfg)
-    out = list(dict.fromkeys(out))
-    fixed = min(limit, len(dict.fromkeys([default, *known])))
-    if len(out) > limit:
-        # Keep the default and the known-good configs, and an even spread over the rest of the grid.
-        rest = out[fixed:]
-        step = len(rest) / (limit - fixed) if limit > fixed else 0
-        out = out[:fixed] + [rest[int(i * step)] for i in range(limit - fixed)]
-    return tuple(out)
-
-
-def known_good(g: OpGraph, mm: str) -> tuple[TileConfig, ...]:
-    """The known-good configs for this matmul's size class (small M: decode-like, else large)."""
-    m = g.node(mm).shape[-2]
-    return KNOWN_GOOD_SMALL_M if m <= 64 else KNOWN_GOOD_LARGE_M
-
-
 def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
                     configs: Mapping[str, tuple[TileConfig, ...]] | None = None, library: bool = False) -> Space:
     """Build the candidate space of a graph: legal options per group, tile configs per matmul (and with
@@ -236,6 +217,9 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
     matmuls = tuple(g.nodes_of_kind("template"))
     groups_nodes = fusion_groups(g)
     cfgs = tuple((configs or {}).get(mm) or config_candidates(g, mm, fits, max_configs) for mm in matmuls)
+    others = tuple(tuple((label, kind.name) for kind in matmul_kinds() if kind.name not in _BUILT_IN_MATMUL_KINDS
+                         and kind.accepts(g, mm) for label in kind.choices(g, mm, fits, max_configs))  # type: ignore[arg-type]
+                   for mm in matmuls)
     probe = Space(g, tuple(Group(f"g{i}", nodes, (STANDALONE,)) for i, nodes in enumerate(groups_nodes)),
                   matmuls, cfgs)
     groups = []
@@ -257,7 +241,7 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
             if window.legal(i, decision):
                 legal.append(opt)
         groups.append(Group(key, nodes, tuple(legal)))
-    return Space(g, tuple(groups), matmuls, cfgs, library)
+    return Space(g, tuple(groups), matmuls, cfgs, library, others if any(others) else ())
 
 
 class _Window:

@@ -24,15 +24,15 @@ import pytest
 import torch
 
 import fusionsearch as fs
-import fusionsearch.codegen.module as codegen_module
-import fusionsearch.codegen.pointwise as codegen_pointwise
+import fusionsearch.kinds.matmul_template.kind as template_kind
+import fusionsearch.kinds.pointwise as codegen_pointwise
 from fusionsearch import plan as P
-from fusionsearch.codegen.kernel import GeneratedKernel
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.runtime import compile_plan, export_plan
 from fusionsearch.errors import PlanError
 from fusionsearch.graph import OpGraph
 from fusionsearch.graph.registry import dtype_name, ops_of_kind
+from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.measure import TOLERANCE, rel_error, validate
 from fusionsearch.plan import Decision, Plan, PointwiseKernel, TemplateKernel, TileConfig
 
@@ -72,8 +72,8 @@ def test_a_template_tile_never_launched_is_caught(monkeypatch: pytest.MonkeyPatc
                                                   which: int, serial: bool) -> None:
     plan = _plan(_mm_bias_gelu(), P.fused_decisions(_mm_bias_gelu()), config)
     _assert_valid(plan, serial_split_k=serial)  # the honest plan is fine
-    original = codegen_module.generate_template
-    monkeypatch.setattr(codegen_module, "generate_template",
+    original = template_kind.generate_template
+    monkeypatch.setattr(template_kind, "generate_template",
                         lambda *a, **k: _drop_last_block(original(*a, **k), which))
     v = validate(plan, serial_split_k=serial)
     assert not v.ok
@@ -84,13 +84,13 @@ def test_a_pointwise_block_never_launched_is_caught(monkeypatch: pytest.MonkeyPa
     plan = P.unfused(_mm_bias_gelu())
     monkeypatch.setattr(codegen_pointwise, "XBLOCK", 64)  # several blocks over the 33x70 output
     _assert_valid(plan)
-    original = codegen_module.generate_pointwise
+    original = codegen_pointwise.generate_pointwise
 
     def short(g: OpGraph, k: PointwiseKernel, stored: set[str], name: str, upcast: bool = True) -> GeneratedKernel:
         gk = original(g, k, stored, name, upcast)
         return _drop_last_block([gk], 0)[0] if "out" in k.nodes else gk
 
-    monkeypatch.setattr(codegen_module, "generate_pointwise", short)
+    monkeypatch.setattr(codegen_pointwise, "generate_pointwise", short)
     v = validate(plan)
     assert not v.ok and "NaN" in v.reason, v.reason
 
@@ -99,13 +99,13 @@ def test_an_unwritten_intermediate_shows_in_the_output(monkeypatch: pytest.Monke
     # The y_bias kernel skips its last block: gelu reads NaN there and the output carries it.
     plan = P.unfused(_mm_bias_gelu())
     monkeypatch.setattr(codegen_pointwise, "XBLOCK", 64)
-    original = codegen_module.generate_pointwise
+    original = codegen_pointwise.generate_pointwise
 
     def short(g: OpGraph, k: PointwiseKernel, stored: set[str], name: str, upcast: bool = True) -> GeneratedKernel:
         gk = original(g, k, stored, name, upcast)
         return _drop_last_block([gk], 0)[0] if "y_bias" in k.nodes else gk
 
-    monkeypatch.setattr(codegen_module, "generate_pointwise", short)
+    monkeypatch.setattr(codegen_pointwise, "generate_pointwise", short)
     assert not validate(plan).ok
 
 

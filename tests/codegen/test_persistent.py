@@ -18,9 +18,8 @@ from test_fast_launch import compile_direct
 import fusionsearch as fs
 from fusionsearch import plan as P
 from fusionsearch.codegen.runtime import compile_plan
-from fusionsearch.codegen.templates import problem
 from fusionsearch.measure import validate
-from fusionsearch.plan import Plan, TemplateKernel
+from fusionsearch.plan import Plan, TemplateKernel, problem
 
 
 def with_config(plan: Plan, **fields: int) -> Plan:

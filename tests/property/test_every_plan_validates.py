@@ -27,13 +27,12 @@ import torch
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from fusionsearch.codegen.templates import problem
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph, contiguous_strides
 from fusionsearch.graph.reference import random_inputs, reference
 from fusionsearch.measure import validate
 from fusionsearch.measure.validate import TOLERANCE, rel_error
-from fusionsearch.plan import Plan, TemplateKernel, TileConfig, template_operands
+from fusionsearch.plan import Plan, TemplateKernel, TileConfig, problem, template_operands
 from fusionsearch.search.space import Space, enumerate_space
 
 MAX_DIM = 48  # M and N in 1..MAX_DIM: 1 and non-multiples of every block size included

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusionsearch.codegen.tile import BufferArg
+from fusionsearch.kinds.triton_source.tile import BufferArg
 
 
 @dataclass

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.codegen.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
-from fusionsearch.codegen.emit import Source
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.ops_pointwise import promote
 from fusionsearch.graph.registry import InputInfo, get_op
+from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
+from fusionsearch.kinds.triton_source.emit import Source
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,51 @@
-"""Pointwise kernels: a fused group of pointwise, layout and indexing nodes over a flat index."""
+"""The pointwise kind: a fused group of pointwise, layout and indexing nodes, one Triton kernel over a flat index."""
 
 from __future__ import annotations
 
 import math
 
-from fusionsearch.codegen.emit import NameGen, Source
-from fusionsearch.codegen.kernel import GeneratedKernel
-from fusionsearch.codegen.tile import Buffers, Idx, TileEvaluator
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.plan import PointwiseKernel
+from fusionsearch.hardware import Hardware
+from fusionsearch.kinds.base import KernelCode, KernelKind, ModuleContext
+from fusionsearch.kinds.counting import MAX_THREADS_PER_SM, KernelEstimate, bandwidth_share, leaf_bytes, pointwise_work
+from fusionsearch.kinds.triton_source.emit import NameGen, Source
+from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
+from fusionsearch.kinds.triton_source.tile import Buffers, Idx, TileEvaluator
+from fusionsearch.plan.kernels import PointwiseKernel
 
 XBLOCK = 1024
 NUM_WARPS = 4
+_PRICED_BLOCK = XBLOCK  # the block the estimate prices (a test generating smaller blocks leaves it)
+
+
+class PointwiseKind(KernelKind):
+    """PointwiseKernel: its leaves read once, the values it stores written once, one CTA per XBLOCK elements."""
+
+    name = "pointwise"
+    kernel_type = PointwiseKernel
+    runs_triton = True
+
+    def estimate(self, g: OpGraph, kernel: PointwiseKernel, i: int, stored: set[str], hw: Hardware
+                 ) -> KernelEstimate:
+        read = leaf_bytes(g, set(kernel.nodes), kernel.nodes)
+        written = sum(g.node(n).nbytes for n in stored)
+        flops = pointwise_work(g, kernel.nodes)
+        numel = max((g.node(n).numel for n in stored), default=max(g.node(n).numel for n in kernel.nodes))
+        blocks = max(1, math.ceil(numel / _PRICED_BLOCK))
+        memory = (read + written) / (hw.bandwidth_bytes_per_s * bandwidth_share(blocks, hw)) * 1e6
+        compute = flops / hw.elementwise_flops * 1e6
+        slots = hw.multiprocessors * (MAX_THREADS_PER_SM // (32 * NUM_WARPS))
+        return KernelEstimate(i, "pointwise", read, written, flops, max(memory, compute) + hw.launch_us, memory,
+                              compute, math.ceil(blocks / slots), blocks)
+
+    def regions(self, kernel: PointwiseKernel) -> dict[str, tuple[str, ...]]:
+        return {"pro_a": (), "pro_b": (), "epi": (), "body": kernel.nodes}
+
+    def generate(self, ctx: ModuleContext, kernel: PointwiseKernel, stored: set[str], name: str) -> KernelCode:
+        gk = generate_pointwise(ctx.graph, kernel, stored, name, ctx.options.upcast_pointwise)
+        if gk is None:
+            return KernelCode(note="(dead nodes: nothing reads them)")
+        return KernelCode([gk])
 
 
 def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: str,
@@ -62,3 +96,6 @@ def _flat_index(src: Source, shape: tuple[int, ...], suffix: str) -> tuple[Idx, 
         src.line(f"{var} = ({expr}) % {size}" if d > 0 else f"{var} = {expr}")
         index.append(Idx(var, mask))
     return tuple(index)
+
+
+POINTWISE = PointwiseKind()

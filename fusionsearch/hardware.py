@@ -1,0 +1,105 @@
+"""The hardware profile plans are priced against: multiprocessors, bandwidth, peaks, shared memory, L2 and launch
+overhead. At the ground of the package, since every kernel kind's estimate reads it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU as the cost model sees it.
+
+    `bandwidth_bytes_per_s`: DRAM copy bandwidth (bytes/s); `peak_flops`: dense matmul peak per operand
+    dtype name (flop/s; 'float32' is the non-tensor-core IEEE fp32 rate, also used for elementwise work);
+    `shared_memory_bytes`: usable shared memory per block (bytes); `l2_bytes`: L2 size (bytes);
+    `launch_us`: fixed cost of one kernel launch (µs).
+    """
+
+    name: str
+    multiprocessors: int
+    bandwidth_bytes_per_s: float
+    peak_flops: dict[str, float] = field(hash=False)
+    shared_memory_bytes: int
+    l2_bytes: int
+    launch_us: float
+
+    def peak(self, dtype: torch.dtype | str) -> float:
+        """Peak flop/s for matmul operands of `dtype`; unknown dtypes get the float32 rate."""
+        key = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+        return self.peak_flops.get(key, self.peak_flops["float32"])
+
+    @property
+    def elementwise_flops(self) -> float:
+        """Flop/s of elementwise (non-tensor-core) fp32 work."""
+        return self.peak_flops["float32"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able record of every field."""
+        d = asdict(self)
+        d["peak_flops"] = dict(sorted(self.peak_flops.items()))
+        return d
+
+    @staticmethod
+    def from_dict(record: Any) -> Hardware:
+        """The profile `to_dict` wrote; a ValueError names what is missing or malformed."""
+        names = ("name", "multiprocessors", "bandwidth_bytes_per_s", "peak_flops", "shared_memory_bytes",
+                 "l2_bytes", "launch_us")
+        if not isinstance(record, dict) or any(n not in record for n in names):
+            raise ValueError(f"a hardware profile needs the fields {', '.join(names)}")
+        peaks = record["peak_flops"]
+        if not isinstance(peaks, dict) or "float32" not in peaks:
+            raise ValueError("a hardware profile's peak_flops must map dtype names to flop/s, float32 included")
+        try:
+            return Hardware(str(record["name"]), int(record["multiprocessors"]), float(record["bandwidth_bytes_per_s"]),
+                            {str(k): float(v) for k, v in peaks.items()}, int(record["shared_memory_bytes"]),
+                            int(record["l2_bytes"]), float(record["launch_us"]))
+        except (TypeError, ValueError):
+            raise ValueError("a hardware profile holds a field that is not a number") from None
+
+    def signature(self) -> str:
+        """One readable line naming the figures, for logs and cache keys."""
+        peaks = ",".join(f"{k}={v / 1e12:g}T" for k, v in sorted(self.peak_flops.items()))
+        return (f"{self.name}|sm={self.multiprocessors}|bw={self.bandwidth_bytes_per_s / 1e12:g}TB/s|{peaks}"
+                f"|smem={self.shared_memory_bytes}|l2={self.l2_bytes}|launch={self.launch_us:g}us")
+
+    @staticmethod
+    def detect() -> Hardware:
+        """The profile of the current CUDA device; `H200` when no GPU is visible."""
+        if not torch.cuda.is_available():
+            return H200
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        hopper = any(tag in props.name for tag in ("H200", "H100", "H800", "GH200"))
+        # Only Hopper figures were measured (shared/anchors); elsewhere a deliberately low guess that the
+        # learned correction is expected to absorb.
+        base = H200 if hopper else _CONSERVATIVE
+        smem = getattr(props, "shared_memory_per_block_optin", 0) or base.shared_memory_bytes
+        l2 = getattr(props, "L2_cache_size", 0) or base.l2_bytes
+        return Hardware(props.name, props.multi_processor_count, base.bandwidth_bytes_per_s, dict(base.peak_flops),
+                        int(smem), int(l2), base.launch_us)
+
+
+H200 = Hardware(
+    name="NVIDIA H200",
+    multiprocessors=132,
+    bandwidth_bytes_per_s=4.27e12,  # device-to-device copy, shared/anchors
+    peak_flops={"bfloat16": 706e12, "float16": 706e12,  # 8192^3 bf16 mm, shared/anchors
+                "float32": 60e12,  # IEEE fp32 dot (no TF32)
+                "int8": 1412e12, "float64": 34e12},
+    shared_memory_bytes=232448,  # 227 KiB opt-in per block
+    l2_bytes=50 * 2**20,
+    launch_us=4.0,
+)
+
+_CONSERVATIVE = Hardware(
+    name="unknown GPU",
+    multiprocessors=80,
+    bandwidth_bytes_per_s=1.0e12,
+    peak_flops={"bfloat16": 150e12, "float16": 150e12, "float32": 15e12, "int8": 300e12, "float64": 5e12},
+    shared_memory_bytes=101376,
+    l2_bytes=6 * 2**20,
+    launch_us=5.0,
+)
