@@ -163,7 +163,8 @@ def folder(tmp_path: Path, saved: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     def long_work(*args: object, **kwargs: object) -> None:
         raise AssertionError("the long work started before the input was checked")
 
-    for module, name in (("search.study", "_search"), ("search.study", "run_workers"), ("search.replay", "replay"),
+    for module, name in (("search.session", "run_session"), ("search.study", "run_workers"),
+                         ("search.replay", "replay"),
                          ("costmodel.train", "train"), ("costmodel.train", "evaluate"),
                          ("search.collect", "collect"), ("search.collect", "add_resources"),
                          ("dynamo.backend", "tune_model")):

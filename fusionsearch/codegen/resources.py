@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from fusionsearch import settings
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
@@ -100,11 +101,11 @@ def _resources_of_request(request: str) -> list[dict[str, int] | None] | None:
 def _interpreting() -> bool:
     """Under TRITON_INTERPRET, Triton's own library functions are interpreter functions its compiler cannot
     lower: compiling for a GPU then happens in a child process without it."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return settings.current().interpret
 
 
 def _in_subprocess(plan: Any, arch: int, options: dict[str, Any]) -> list[KernelResources | None]:
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    env = settings.child_environment(**{settings.INTERPRET: "0"})
     done = subprocess.run([sys.executable, "-m", "fusionsearch.codegen.resources"],
                           input=_request(plan, arch, options), env=env, capture_output=True, text=True)
     if done.returncode != 0:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from fusionsearch import settings
 from fusionsearch.codegen.module import PlanModule, generate_module
 from fusionsearch.errors import CodegenError, MeasureError
 from fusionsearch.graph.ops_extern import _call as call_extern
@@ -28,7 +29,7 @@ from fusionsearch.graph.ops_extern import _call as call_extern
 def cache_root() -> str:
     """Where fusionsearch keeps what it builds (kernels/, plans/): $FUSIONSEARCH_CACHE_DIR, else
     ~/.cache/fusionsearch."""
-    return os.environ.get("FUSIONSEARCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch")
+    return settings.current().cache_dir
 
 
 def cache_dir() -> str:

@@ -18,7 +18,6 @@ logged on the `fusionsearch.backend` logger."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from fusionsearch import settings
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.dynamo.cudagraph import GraphedStep
 from fusionsearch.dynamo.plan_cache import PlanCache
@@ -460,7 +460,7 @@ def _device(example_inputs: Sequence[Any]) -> str:
     (dev,) = devices
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+    if dev.type == "cpu" and settings.current().interpret:
         return "cpu-interpreter"
     raise _Decline(f"inputs on {dev}: the generated Triton kernels run on CUDA GPUs (or in Triton's CPU "
                    "interpreter with TRITON_INTERPRET=1)")

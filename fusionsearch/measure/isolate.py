@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fusionsearch import settings
 from fusionsearch.codegen.runtime import compile_plan, naming_source
 from fusionsearch.errors import MeasureError, failure_reason
 from fusionsearch.graph.reference import zero_inputs
@@ -70,7 +71,7 @@ class _Worker:
     def __init__(self, role: str, device: str, judge: str = "") -> None:
         ours, theirs = socket.socketpair()
         # The worker imports what this process can: tests and scripts put their folders on sys.path.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        env = settings.child_environment()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fusionsearch.measure.isolate", str(theirs.fileno()), role, device, judge],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

@@ -87,7 +87,7 @@ def replay(graph: OpGraph, plan: Plan, backend: str = "auto", seed: int = 0) -> 
     from fusionsearch.graph.reference import random_inputs
     from fusionsearch.measure.bench import benchmark
     from fusionsearch.measure.validate import output_tolerances, validate
-    from fusionsearch.search.study import interpreter
+    from fusionsearch.settings import interpreter
 
     backend = resolve(backend)
     device = "cuda" if backend == "gpu" else "cpu"

@@ -1,5 +1,5 @@
 """The studies kept in an Optuna storage, as `fusionsearch studies` lists them: what each searched (the graph
-its creator recorded, search.study.study_identity), how its trials ended and its best time. Reading only: a
+its creator recorded, search.identity.study_identity), how its trials ended and its best time. Reading only: a
 storage that does not exist is refused, never created."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import optuna
 
 from fusionsearch.errors import SpecError
 from fusionsearch.search.slots import laid_out
-from fusionsearch.search.study import make_storage, redact
+from fusionsearch.search.storage import make_storage, redact
 
 
 @dataclass(frozen=True)

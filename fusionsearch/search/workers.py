@@ -1,7 +1,7 @@
 """One study, several worker processes: one per visible GPU (each pinned to its GPU through
 CUDA_VISIBLE_DEVICES) or N on the CPU backends.
 
-The caller (run_study) lays the study out on a shared storage first; the workers join it and claim its
+The caller (search.study.run_study) lays the study out on a shared storage first; the workers join it and claim its
 waiting trials, exactly as workers started by hand with --storage/--study do. While they run, one progress
 bar over all of them is drawn from the storage. A worker that dies leaves its claimed trial to be failed and laid
 out again (search/slots.py: by the RDB heartbeat, or on a journal file because its process is gone), and the
@@ -24,7 +24,13 @@ from typing import Any
 import optuna
 import torch
 
+from fusionsearch import settings
 from fusionsearch.errors import SpecError
+from fusionsearch.search.options import SearchOptions, check_workers
+from fusionsearch.search.session import run_here
+from fusionsearch.search.storage import make_storage
+
+__all__ = ["WorkerExit", "check_workers", "main", "run_workers", "visible_gpus", "worker_count"]
 
 
 @dataclass(frozen=True)
@@ -39,14 +45,8 @@ class WorkerExit:
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (indices or UUIDs), in order."""
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    listed = list(settings.current().visible_devices)
     return listed[:count] if listed else [str(i) for i in range(count)]
-
-
-def check_workers(workers: object) -> None:
-    """Refuse a worker count that is neither a positive integer nor 'auto'."""
-    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise SpecError(f"workers must be a positive integer or 'auto', got {workers!r}")
 
 
 def worker_count(workers: int | str, backend: str) -> int:
@@ -62,7 +62,7 @@ def worker_count(workers: int | str, backend: str) -> int:
     return workers
 
 
-def run_workers(graph_spec: dict[str, Any], options: Any, inputs: Sequence[torch.Tensor] | None, count: int,
+def run_workers(graph_spec: dict[str, Any], options: SearchOptions, inputs: Sequence[torch.Tensor] | None, count: int,
                 backend: str, progress: bool) -> list[WorkerExit]:
     """Start `count` workers on the study named in `options` (its storage laid out already), wait for them all,
     and return how each ended. `options` are the caller's SearchOptions with the shared storage and study."""
@@ -83,9 +83,7 @@ def run_workers(graph_spec: dict[str, Any], options: Any, inputs: Sequence[torch
             path = os.path.join(tmp, f"worker{i}.json")
             with open(path, "w") as f:
                 json.dump(config, f)
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-            if gpus:
-                env["CUDA_VISIBLE_DEVICES"] = gpus[i]
+            env = settings.child_environment(**({settings.VISIBLE_DEVICES: gpus[i]} if gpus else {}))
             err = open(os.path.join(tmp, f"worker{i}.err"), "w+")  # noqa: SIM115 (closed after the wait)
             procs.append((tag, err, subprocess.Popen([sys.executable, "-m", "fusionsearch.search.workers", path],
                                                      env=env, stdin=subprocess.DEVNULL,
@@ -100,14 +98,12 @@ def run_workers(graph_spec: dict[str, Any], options: Any, inputs: Sequence[torch
     return exits
 
 
-def _wait_with_progress(procs: list[subprocess.Popen[bytes]], options: Any, enabled: bool) -> None:
+def _wait_with_progress(procs: list[subprocess.Popen[bytes]], options: SearchOptions, enabled: bool) -> None:
     """Wait for every worker; meanwhile one bar of all the study's finished trials, read from the storage."""
     bar = None
     study = None
     if enabled:
         from tqdm import tqdm
-
-        from fusionsearch.search.study import make_storage
 
         study = optuna.load_study(study_name=options.study_name, storage=make_storage(options.storage))
         bar = tqdm(total=options.trials, file=sys.stderr, unit="trial", dynamic_ncols=True,
@@ -143,13 +139,12 @@ def _show(bar: Any, study: optuna.Study, done: set[optuna.trial.TrialState]) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """A worker: `python -m fusionsearch.search.workers CONFIG.json` joins the study and runs trials."""
     from fusionsearch.graph.spec import graph_from_dict
-    from fusionsearch.search.study import SearchOptions, run_study
 
     (path,) = argv if argv is not None else sys.argv[1:]
     with open(path) as f:
         config = json.load(f)
     inputs = torch.load(config["inputs"], weights_only=True) if config["inputs"] else None
-    run_study(graph_from_dict(config["graph"]), SearchOptions(**config["options"]), inputs)
+    run_here(graph_from_dict(config["graph"]), SearchOptions(**config["options"]), inputs)
     return 0
 
 

@@ -12,8 +12,8 @@ import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.costmodel.features import ANALYTIC_FEATURE, FEATURE_NAMES
 from fusionsearch.search.ranked import PlanRanking
+from fusionsearch.search.samplers import RankedSampler
 from fusionsearch.search.space import enumerate_space
-from fusionsearch.search.study import _RankedSampler as RankedSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

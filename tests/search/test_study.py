@@ -23,7 +23,10 @@ from fusionsearch.errors import FusionSearchError, SpecError
 from fusionsearch.graph.shrink import shrink
 from fusionsearch.plan import Plan, PointwiseKernel, TemplateKernel
 from fusionsearch.search import identity as I
+from fusionsearch.search import samplers
+from fusionsearch.search import storage as storage_module
 from fusionsearch.search import study as S
+from fusionsearch.search.objective import Objective
 from fusionsearch.search.result import TuneResult
 from fusionsearch.search.slots import AHEAD
 from fusionsearch.search.space import enumerate_space
@@ -202,12 +205,12 @@ def test_the_ranked_sampler_measures_the_cost_models_fastest_plans_first() -> No
 
 def test_auto_sampler_ranks_with_a_learned_model_and_uses_tpe_without(tmp_path: Path) -> None:
     g = _small_space_graph()
-    objective = S.Objective(g, enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2), SearchOptions(),
+    objective = Objective(g, enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2), SearchOptions(),
                             "model", fs.costmodel.H200)
-    assert objective.model is None and S._sampler_name(SearchOptions(), objective) == "tpe"
+    assert objective.model is None and samplers.sampler_name(SearchOptions(), objective) == "tpe"
     objective.model = object()  # any learned model
-    assert S._sampler_name(SearchOptions(), objective) == "ranked"
-    assert S._sampler_name(SearchOptions(sampler="random"), objective) == "random"
+    assert samplers.sampler_name(SearchOptions(), objective) == "ranked"
+    assert samplers.sampler_name(SearchOptions(sampler="random"), objective) == "random"
 
 
 def test_searches_rank_blind_unless_asked_to_compile_their_fastest_candidates() -> None:
@@ -215,8 +218,8 @@ def test_searches_rank_blind_unless_asked_to_compile_their_fastest_candidates() 
     space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 2)
     for options, top in ((SearchOptions(trials=10), 0), (SearchOptions(trials=10, compile_ranked=3), 3)):
         for backend in ("gpu", "model"):
-            objective = S.Objective(g, space, options, backend, fs.costmodel.H200)
-            assert S._sampler("ranked", 0, objective).ranking.compile_top == top
+            objective = Objective(g, space, options, backend, fs.costmodel.H200)
+            assert samplers.make_sampler("ranked", 0, objective).ranking.compile_top == top
     for bad in (-1, 2.5, True, None):
         with pytest.raises(SpecError, match="compile_ranked must be a whole number"):
             SearchOptions(compile_ranked=bad)  # type: ignore[arg-type]
@@ -244,16 +247,17 @@ def test_max_configs_gives_the_study_a_small_space() -> None:
 WORKER = textwrap.dedent("""
     import os, sys, time
     from fusionsearch.search import study as S
+    from fusionsearch.search.objective import Objective
     import fusionsearch as fs
 
-    _suggest = S.Objective.suggest
+    _suggest = Objective.suggest
 
     def suggest(self, trial):  # record which process ran the trial; slow trials so both workers get some
         trial.set_user_attr("test_worker_pid", os.getpid())
         time.sleep(0.04)
         return _suggest(self, trial)
 
-    S.Objective.suggest = suggest
+    Objective.suggest = suggest
     ready, storage, name = sys.argv[1:4]  # argv[4]: how many workers start together; [5]: trials; [6]: slots ahead
     trials = int(sys.argv[5]) if len(sys.argv) > 5 else 30
     if len(sys.argv) > 6:
@@ -307,7 +311,7 @@ def test_opening_a_storage_while_another_worker_creates_its_schema_retries(monke
         return "storage"
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", rdb)
-    monkeypatch.setattr(S.time, "sleep", lambda s: None)
+    monkeypatch.setattr(storage_module.time, "sleep", lambda s: None)
     assert S.make_storage("postgresql://u@host/db") == "storage" and len(calls) == 2
 
     def refused(url: str, **kwargs: object) -> str:
@@ -398,13 +402,13 @@ def test_a_larger_total_resumes_the_study_keeping_its_trials(kind: str, storage_
 
 
 def _slow_suggest(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    original = S.Objective.suggest
+    original = Objective.suggest
 
-    def suggest(self: S.Objective, trial: optuna.Trial) -> dict[str, str]:
+    def suggest(self: Objective, trial: optuna.Trial) -> dict[str, str]:
         time.sleep(seconds)
         return original(self, trial)
 
-    monkeypatch.setattr(S.Objective, "suggest", suggest)
+    monkeypatch.setattr(Objective, "suggest", suggest)
 
 
 def test_a_timeout_stops_early_and_a_later_run_completes_the_slots(tmp_path: Path,
@@ -618,9 +622,10 @@ def test_a_journal_study_is_resumable_too(tmp_path: Path) -> None:
 KILLED_WORKER = textwrap.dedent("""
     import os, sys, time
     from fusionsearch.search import study as S
+    from fusionsearch.search.objective import Objective
     import fusionsearch as fs
 
-    _suggest = S.Objective.suggest
+    _suggest = Objective.suggest
 
     def suggest(self, trial):  # hang in trial 3 until killed
         if trial.number == 3:
@@ -628,7 +633,7 @@ KILLED_WORKER = textwrap.dedent("""
             time.sleep(120)
         return _suggest(self, trial)
 
-    S.Objective.suggest = suggest
+    Objective.suggest = suggest
     g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
     S.run_study(g, S.SearchOptions(trials=6, backend="model", storage=sys.argv[1], study_name="k",
                                    cost_model="analytic"))  # as the test's own run (conftest: no shipped model)
@@ -681,7 +686,8 @@ KILLED_CLAIMING = textwrap.dedent("""
 
         optuna.storages.JournalStorage.set_trial_system_attr = set_attr
     else:  # between the claim and the trial's first heartbeat
-        S._Heartbeat.__enter__ = die
+        from fusionsearch.search import loop
+        loop.Heartbeat.__enter__ = die
     g = fs.workload("mm_bias_gelu", M=16, K=64, N=96)
     S.run_study(g, S.SearchOptions(trials=4, backend="model", storage=sys.argv[1], study_name="c", heartbeat_s=1,
                                    cost_model="analytic"))
@@ -708,10 +714,11 @@ def test_a_worker_killed_right_after_its_claim_loses_nothing(tmp_path: Path, kin
 VICTIM_WORKERS = textwrap.dedent("""
     import os, sys, time
     from fusionsearch.search import study as S
+    from fusionsearch.search.objective import Objective
     import fusionsearch as fs
 
     ready, storage, flag, victim = sys.argv[1:5]
-    _suggest = S.Objective.suggest
+    _suggest = Objective.suggest
 
     def suggest(self, trial):  # the victim hangs in its first trial until killed; the others are slow
         if victim == "1":
@@ -720,7 +727,7 @@ VICTIM_WORKERS = textwrap.dedent("""
         time.sleep(0.05)
         return _suggest(self, trial)
 
-    S.Objective.suggest = suggest
+    Objective.suggest = suggest
     open(os.path.join(ready, "ready-%d" % os.getpid()), "w").close()
     deadline = time.time() + 120
     while len(os.listdir(ready)) < 3 and time.time() < deadline:

@@ -1,0 +1,66 @@
+"""Every environment variable fusionsearch reads, in one frozen value: `current()` reads the environment at the
+call, so a test (or a user) that sets a variable sees it at once, and no module keeps a path of its own that
+tests would have to patch.
+
+>>> from fusionsearch import settings
+>>> settings.current({"FUSIONSEARCH_CACHE_DIR": "/tmp/fs", "TRITON_INTERPRET": "1"})
+Settings(cache_dir='/tmp/fs', fast_launch=False, interpret=True, visible_devices=())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+CACHE_DIR = "FUSIONSEARCH_CACHE_DIR"  # where generated kernels, plans and compile records are kept
+FAST_LAUNCH = "FUSIONSEARCH_FAST_LAUNCH"  # "0": every launch goes through Triton's kernel[grid](...)
+INTERPRET = "TRITON_INTERPRET"  # "1": Triton runs kernels in its CPU interpreter (read by Triton at launch)
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs a process may use (one per search worker)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment asks of fusionsearch. `cache_dir`: the folder it builds into (kernels/, plans/,
+    resources/); `fast_launch`: launch compiled kernels directly (off under the interpreter); `interpret`:
+    Triton's CPU interpreter is on; `visible_devices`: the CUDA_VISIBLE_DEVICES entries (indices or UUIDs), empty
+    when unset."""
+
+    cache_dir: str
+    fast_launch: bool
+    interpret: bool
+    visible_devices: tuple[str, ...]
+
+
+def current(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings as the environment (`environ`, else os.environ) holds them now."""
+    env = os.environ if environ is None else environ
+    interpret = env.get(INTERPRET, "0") not in ("", "0")
+    return Settings(
+        cache_dir=env.get(CACHE_DIR) or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch"),
+        fast_launch=env.get(FAST_LAUNCH, "1") != "0" and not interpret,
+        interpret=interpret,
+        visible_devices=tuple(d.strip() for d in env.get(VISIBLE_DEVICES, "").split(",") if d.strip()))
+
+
+def child_environment(**overrides: str) -> dict[str, str]:
+    """The environment of a worker process: this one's, with this interpreter's import path (tests and scripts
+    put their folders on sys.path) and `overrides` (CUDA_VISIBLE_DEVICES="1", TRITON_INTERPRET="0")."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **overrides}
+
+
+@contextlib.contextmanager
+def interpreter() -> Iterator[None]:
+    """Run Triton in its CPU interpreter for the duration: Triton reads the flag from the environment at launch,
+    so it is the one setting fusionsearch writes (and puts back as it was)."""
+    old = os.environ.get(INTERPRET)
+    os.environ[INTERPRET] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(INTERPRET, None)
+        else:
+            os.environ[INTERPRET] = old
