@@ -28,6 +28,8 @@ SHAPES: dict[str, list[dict[str, int]]] = {
     "cast_mm": [{"M": 5, "K": 100, "N": 24}, {"M": 19, "K": 56, "N": 45}],
     "scale_mm": [{"M": 29, "K": 56, "N": 45}, {"M": 7, "K": 100, "N": 33}],
     "swiglu": [{"M": 9, "D": 40, "H": 56}, {"M": 23, "D": 72, "H": 40}],
+    "w4_dequant_mm": [{"M": 4, "K": 256, "N": 64, "G": 32}, {"M": 19, "K": 128, "N": 45, "G": 64}],
+    "moe_ffn": [{"T": 3, "D": 64, "H": 96, "E": 4}, {"T": 5, "D": 40, "H": 56, "E": 3}],
 }
 
 CONFIGS = [
@@ -58,6 +60,17 @@ MIXED: dict[str, list[dict[str, Decision]]] = {
         {"gate_silu": ("prologue", "y", "A"), "hidden": ("prologue", "y", "A")},
         {"hidden": ("epilogue", "up")},
         {"gate_silu": ("group", "act"), "hidden": ("group", "act")},
+    ],
+    "w4_dequant_mm": [
+        {"w_scaled": ("prologue", "y", "B"), "zeros_rows": ("prologue", "y", "B"),
+         "zeros_groups": ("prologue", "y", "B"), "zeros_k": ("prologue", "y", "B"),
+         "w_dequant": ("prologue", "y", "B")},  # the unpack written by its own kernels, the dequant fused
+        {"w_shifted": ("group", "unpack"), "w_nibbles": ("group", "unpack")},
+    ],
+    "moe_ffn": [
+        {"gate_silu": ("epilogue", "gate"), "hidden": ("epilogue", "gate")},
+        {"weighted": ("group", "mix"), "expert0": ("group", "mix"), "expert1": ("group", "mix"),
+         "combined": ("group", "mix")},
     ],
 }
 

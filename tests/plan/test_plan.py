@@ -25,6 +25,8 @@ SMALL = {
     "cast_mm": {"M": 5, "K": 40, "N": 24},
     "scale_mm": {"M": 5, "K": 40, "N": 24},
     "swiglu": {"M": 5, "D": 40, "H": 24},
+    "w4_dequant_mm": {"M": 4, "K": 256, "N": 64, "G": 32},
+    "moe_ffn": {"T": 3, "D": 64, "H": 96, "E": 4},
 }
 REFERENCE_PLANS = {"unfused": P.unfused, "fully_fused": P.fully_fused, "heuristic": P.heuristic}
 

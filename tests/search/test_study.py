@@ -39,6 +39,8 @@ SMALL = {
     "cast_mm": {"M": 16, "K": 96, "N": 64},
     "scale_mm": {"M": 16, "K": 64, "N": 160},
     "swiglu": {"M": 16, "D": 64, "H": 96},
+    "w4_dequant_mm": {"M": 16, "K": 48, "N": 40, "G": 16},  # within shrink's cap: its views tie K to K/2
+    "moe_ffn": {"T": 3, "D": 40, "H": 24, "E": 4},  # within shrink's cap: a view ties H to 2H
 }
 STORAGE_KINDS = ("sqlite", "journal", "postgres")  # postgres: a database of its own (tests/conftest.py)
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
