@@ -36,7 +36,6 @@ import torch
 
 import fusionsearch as fs
 from fusionsearch.codegen.runtime import compile_plan
-from fusionsearch.codegen.templates import Problem, problem
 from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
 from fusionsearch.errors import failure_reason
@@ -44,6 +43,7 @@ from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
 from fusionsearch.measure.bench import kernel_times, measure_ceilings, time_interleaved
 from fusionsearch.plan import TileConfig
+from fusionsearch.plan.matmul import Problem, problem
 from fusionsearch.search.study import SearchOptions, run_study
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

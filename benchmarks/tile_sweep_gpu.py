@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 import fusionsearch as fs
-from fusionsearch.codegen.templates import problem
 from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.errors import failure_reason
@@ -29,6 +28,7 @@ from fusionsearch.measure import validate
 from fusionsearch.measure.bench import benchmark, measure_ceilings, time_callable
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.plan import Plan, TemplateKernel, TileConfig, fully_fused
+from fusionsearch.plan.matmul import problem
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import add_out, floor_us, md_table, out_file, run_facts, write_json  # noqa: E402
