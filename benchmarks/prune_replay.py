@@ -27,12 +27,13 @@ import torch
 
 import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
-from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, H200
+from fusionsearch.costmodel.hardware import H200
 from fusionsearch.costmodel.learned import load, per_plan, plan_time_us, plans_matrix
 from fusionsearch.costmodel.refit import StudyRefit
 from fusionsearch.plan import Plan
 from fusionsearch.search.ranked import compile_fastest
 from fusionsearch.search.space import enumerate_space
+from fusionsearch.settings import SHIPPED_MODEL
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import add_out, out_file, pyplot, read_json, save_figure, write_json  # noqa: E402
@@ -103,7 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
     add_out(ap, "prune-replay.json, prune-replay.png")
-    ap.add_argument("--model", default=DEFAULT_MODEL_PATH)
+    ap.add_argument("--model", default=SHIPPED_MODEL)
     ap.add_argument("--refit-every", type=int, default=4)
     ap.add_argument("--compiled", action="store_true",
                     help="also the live search's ranking: the 2 x budget plans ranked first compiled for sm_90 "

@@ -3,8 +3,9 @@ call, so a test (or a user) that sets a variable sees it at once, and no module 
 tests would have to patch.
 
 >>> from fusionsearch import settings
->>> settings.current({"FUSIONSEARCH_CACHE_DIR": "/tmp/fs", "TRITON_INTERPRET": "1"})
-Settings(cache_dir='/tmp/fs', fast_launch=False, interpret=True, visible_devices=())
+>>> s = settings.current({"FUSIONSEARCH_CACHE_DIR": "/tmp/fs", "TRITON_INTERPRET": "1"})
+>>> s.cache_dir, s.fast_launch, s.interpret, s.visible_devices
+('/tmp/fs', False, True, ())
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ CACHE_DIR = "FUSIONSEARCH_CACHE_DIR"  # where generated kernels, plans and compi
 FAST_LAUNCH = "FUSIONSEARCH_FAST_LAUNCH"  # "0": every launch goes through Triton's kernel[grid](...)
 INTERPRET = "TRITON_INTERPRET"  # "1": Triton runs kernels in its CPU interpreter (read by Triton at launch)
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs a process may use (one per search worker)
+MODEL = "FUSIONSEARCH_MODEL"  # the learned cost model a search loads by default (default: the shipped one)
+# The learned model shipped for the device it was trained on; the search only loads it (and scikit-learn) when
+# the file exists.
+SHIPPED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets", "data", "costmodel.npz")
 
 
 @dataclass(frozen=True)
@@ -26,12 +31,13 @@ class Settings:
     """What the environment asks of fusionsearch. `cache_dir`: the folder it builds into (kernels/, plans/,
     resources/); `fast_launch`: launch compiled kernels directly (off under the interpreter); `interpret`:
     Triton's CPU interpreter is on; `visible_devices`: the CUDA_VISIBLE_DEVICES entries (indices or UUIDs), empty
-    when unset."""
+    when unset; `model_path`: the learned cost model searches load by default."""
 
     cache_dir: str
     fast_launch: bool
     interpret: bool
     visible_devices: tuple[str, ...]
+    model_path: str = SHIPPED_MODEL
 
 
 def current(environ: Mapping[str, str] | None = None) -> Settings:
@@ -42,7 +48,8 @@ def current(environ: Mapping[str, str] | None = None) -> Settings:
         cache_dir=env.get(CACHE_DIR) or os.path.join(os.path.expanduser("~"), ".cache", "fusionsearch"),
         fast_launch=env.get(FAST_LAUNCH, "1") != "0" and not interpret,
         interpret=interpret,
-        visible_devices=tuple(d.strip() for d in env.get(VISIBLE_DEVICES, "").split(",") if d.strip()))
+        visible_devices=tuple(d.strip() for d in env.get(VISIBLE_DEVICES, "").split(",") if d.strip()),
+        model_path=env.get(MODEL) or SHIPPED_MODEL)
 
 
 def child_environment(**overrides: str) -> dict[str, str]:

@@ -25,10 +25,9 @@ import pytest  # noqa: E402
 def _analytic_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The package ships a learned model for the H200, and the model backend prices plans as an H200; tests
     that compare against analytic figures would silently use it. Tests of the shipped model read
-    SHIPPED_MODEL_PATH explicitly. The search and learned.load_default both read this one setting."""
-    import fusionsearch.costmodel.hardware as hardware
-
-    monkeypatch.setattr(hardware, "DEFAULT_MODEL_PATH", os.path.join(_CACHE_DIR, "no-shipped-model.skops"))
+    SHIPPED_MODEL_PATH explicitly. The search and learned.load_default both read this one setting (and worker
+    processes inherit it with the environment)."""
+    monkeypatch.setenv("FUSIONSEARCH_MODEL", os.path.join(_CACHE_DIR, "no-shipped-model.skops"))
 
 
 def _postgres_database() -> str:

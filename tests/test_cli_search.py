@@ -83,7 +83,7 @@ def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFix
         assert f"plan: analytic model {analytic:.1f} us\n" in out
         assert f"the search: {result['best_us']:.1f} us (predicted by the {result['cost_model']} cost model" in out
     shipped = os.path.join(os.path.dirname(fs.__file__), "datasets", "data", "costmodel.npz")
-    monkeypatch.setattr(hardware, "DEFAULT_MODEL_PATH", shipped)
+    monkeypatch.setenv("FUSIONSEARCH_MODEL", shipped)
     model = load(shipped)
     if model.hardware_["name"] == hw.name:  # the shipped H200 model prices it too
         learned = float(model.predict(plans_matrix([plan], hw)[0]).sum())

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fusionsearch import settings
 from fusionsearch.costmodel import trees
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
@@ -39,14 +40,14 @@ from fusionsearch.costmodel.features import (
     plan_features,
     to_matrix,
 )
-from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH, Hardware
+from fusionsearch.costmodel.hardware import Hardware
 from fusionsearch.errors import CostModelError
 from fusionsearch.plan import Plan
 
 if TYPE_CHECKING:  # scikit-learn is imported where a model is fitted or a legacy file read, not to predict
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-__all__ = ["DEFAULT_MODEL_PATH", "FILE_FORMAT", "CorrectedModel", "LearnedCostModel", "correct", "load",
+__all__ = ["FILE_FORMAT", "CorrectedModel", "LearnedCostModel", "correct", "load",
            "load_default", "per_plan", "plan_time_us", "plan_times_us", "plans_matrix", "wide_templates",
            "without_compiled"]
 
@@ -398,10 +399,8 @@ def _regressors(models: list[Any]) -> bool:
 def load_default(path: str | None = None) -> LearnedCostModel | None:
     """The shipped model when it was trained on this device (same GPU name as `Hardware.detect()`); None
     when there is none or it is for another GPU, or cannot be used (with a warning). The default path is read
-    at the call (hardware.DEFAULT_MODEL_PATH), so one setting governs the search and this loader."""
-    from fusionsearch.costmodel import hardware
-
-    path = path or hardware.DEFAULT_MODEL_PATH
+    at the call (settings.current().model_path), so one setting governs the search and this loader."""
+    path = path or settings.current().model_path
     if not os.path.isfile(path):
         return None
     stat = os.stat(path)

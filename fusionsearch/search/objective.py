@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from fusionsearch import settings
 from fusionsearch.errors import FusionSearchError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
@@ -22,9 +23,7 @@ from fusionsearch.settings import interpreter
 
 def load_cost_model(choice: str) -> Any:
     """The learned model to prune with, or None for the analytic model."""
-    from fusionsearch.costmodel.hardware import DEFAULT_MODEL_PATH
-
-    if choice == "analytic" or (choice == "auto" and not os.path.exists(DEFAULT_MODEL_PATH)):
+    if choice == "analytic" or (choice == "auto" and not os.path.exists(settings.current().model_path)):
         return None  # no shipped model: do not pay scikit-learn's import on every search
     from fusionsearch.costmodel.learned import load, load_default
 

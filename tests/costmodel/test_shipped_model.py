@@ -37,11 +37,11 @@ def test_shipped_model_names_the_h200_and_ranks_better_than_the_analytic_model()
 def test_shipped_model_is_plain_trees_that_load_without_scikit_learn_or_skops(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compact format: a few MB of arrays, the default path, loaded and predicting in a process that never
     imports scikit-learn (whose import alone took longer than this load) nor skops."""
-    from fusionsearch.costmodel import hardware
+    from fusionsearch import settings
     from fusionsearch.costmodel.trees import Trees
 
     monkeypatch.undo()  # the default path as shipped, not the tests' stand-in (conftest)
-    assert os.path.samefile(hardware.DEFAULT_MODEL_PATH, SHIPPED_MODEL_PATH)
+    assert os.path.samefile(settings.current().model_path, SHIPPED_MODEL_PATH)
     assert os.path.getsize(SHIPPED_MODEL_PATH) < 4_000_000
     model = load(SHIPPED_MODEL_PATH)
     for group in (model.models_, model.compiled_models_, model.narrow_models_, model.narrow_compiled_models_):
