@@ -36,6 +36,19 @@ class KernelValue(Protocol):
     def describe(self, g: OpGraph) -> str: ...
 
 
+class StoresWhatItComputes:
+    """For kernel values that can write every node they compute, whatever its shape (all but the template, whose
+    prologue values live in registers): nothing more to check of what the plan needs them to store."""
+
+    nodes: tuple[str, ...]
+
+    def produced(self) -> tuple[str, ...]:
+        return self.nodes
+
+    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class TemplateKernel:
     """One matmul with the nodes fused into its A and B loads (prologues) and evaluated on its output tile
@@ -86,14 +99,11 @@ class TemplateKernel:
 
 
 @dataclass(frozen=True)
-class PointwiseKernel:
+class PointwiseKernel(StoresWhatItComputes):
     """A fused group of pointwise, layout and indexing nodes, run over the shape of the values it stores."""
 
     nodes: tuple[str, ...]
     kind: Literal["pointwise"] = "pointwise"
-
-    def produced(self) -> tuple[str, ...]:
-        return self.nodes
 
     def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
         check_pointwise(g, self, i)
@@ -101,27 +111,21 @@ class PointwiseKernel:
     def describe(self, g: OpGraph) -> str:
         return f"{self.kind} [{', '.join(self.nodes)}]"
 
-    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
-        return None
-
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> PointwiseKernel:
         return cls(names(d, "nodes", where))
 
 
 @dataclass(frozen=True)
-class ExternKernel:
+class ExternKernel(StoresWhatItComputes):
     """One extern node, run by PyTorch."""
 
     node: str
     kind: Literal["extern"] = "extern"
 
     @property
-    def nodes(self) -> tuple[str, ...]:
+    def nodes(self) -> tuple[str, ...]:  # type: ignore[override]
         return (self.node,)
-
-    def produced(self) -> tuple[str, ...]:
-        return self.nodes
 
     def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
         check_extern(g, self, i)
@@ -129,16 +133,13 @@ class ExternKernel:
     def describe(self, g: OpGraph) -> str:
         return f"{self.kind} [{', '.join(self.nodes)}]"
 
-    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
-        return None
-
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> ExternKernel:
         return cls(_name(d, "node", where))
 
 
 @dataclass(frozen=True)
-class LibraryKernel:
+class LibraryKernel(StoresWhatItComputes):
     """One matmul with nothing fused, run by PyTorch's own matmul (cuBLAS on NVIDIA GPUs): where no prologue
     or epilogue pays for a Triton template, the vendor library's main loop is the one to beat."""
 
@@ -146,20 +147,14 @@ class LibraryKernel:
     kind: Literal["library"] = "library"
 
     @property
-    def nodes(self) -> tuple[str, ...]:
+    def nodes(self) -> tuple[str, ...]:  # type: ignore[override]
         return (self.matmul,)
-
-    def produced(self) -> tuple[str, ...]:
-        return self.nodes
 
     def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
         check_library(g, self, i)
 
     def describe(self, g: OpGraph) -> str:
         return f"{g.node(self.matmul).op} {self.matmul}; library (PyTorch's matmul: cuBLAS)"
-
-    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
-        return None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> LibraryKernel:

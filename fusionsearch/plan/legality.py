@@ -76,8 +76,4 @@ def _check_depth(g: OpGraph, k: KernelValue, i: int, order: Mapping[str, int]) -
                             "split it into several kernels")
 
 
-# ---- building plans from decisions -------------------------------------------------------------
-
-Decision = tuple[str, ...]  # ("standalone",) | ("epilogue", mm) | ("prologue", mm, "A"|"B") | ("group", gid)
-
 __all__ = ["FUSABLE", "MAX_FUSED_DEPTH", "check_plan", "template_operands"]

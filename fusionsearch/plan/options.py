@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from fusionsearch.errors import PlanError, SpecError
@@ -62,11 +62,10 @@ class CodegenOptions:
         if unknown:
             raise PlanError(f"unknown codegen option(s) {', '.join(sorted(unknown))}; known: "
                             f"{', '.join(f.name for f in fields(self))}")
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return CodegenOptions(**{**values, **overrides})
+        return replace(self, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return asdict(self)
 
     @staticmethod
     def from_dict(data: Any, where: str = "plan") -> CodegenOptions:

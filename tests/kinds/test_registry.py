@@ -22,6 +22,7 @@ from fusionsearch.hardware import Hardware
 from fusionsearch.kinds import KernelCode, KernelEstimate, KernelKind, MatmulKind, ModuleContext
 from fusionsearch.measure import TOLERANCE, rel_error
 from fusionsearch.plan import Plan, kernel_types
+from fusionsearch.plan.kernels import StoresWhatItComputes
 from fusionsearch.plan.tile import TileConfig
 from fusionsearch.search.space import enumerate_space
 
@@ -29,25 +30,19 @@ TOY = "toy_torch_mm"
 
 
 @dataclass(frozen=True)
-class ToyKernel:
+class ToyKernel(StoresWhatItComputes):
     """One `mm` node, nothing fused, computed by torch.matmul in the generated module."""
 
     matmul: str
     kind: Literal["toy_torch_mm"] = "toy_torch_mm"
 
     @property
-    def nodes(self) -> tuple[str, ...]:
+    def nodes(self) -> tuple[str, ...]:  # type: ignore[override]
         return (self.matmul,)
-
-    def produced(self) -> tuple[str, ...]:
-        return self.nodes
 
     def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
         if g.node(self.matmul).op != "mm":
             raise PlanError(f"kernel {i}: the toy kind runs only mm nodes")
-
-    def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
-        return None
 
     def describe(self, g: OpGraph) -> str:
         return f"mm {self.matmul}; toy (torch.matmul)"

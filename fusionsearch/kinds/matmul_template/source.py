@@ -192,9 +192,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     `persistent` (no split-K only), at most one program per multiprocessor, each looping over tiles. With
     `split_epilogue`, the epilogue finishes the tile in two column halves (fewer live registers). With
     `warp_specialize` (persistent only), Triton's warp-specialised tile loop instead of the flattened one.
-    `fp32_dot` is the dot's input precision for fp32 operands (one of FP32_DOTS)."""
-    if fp32_dot not in FP32_DOTS:
-        raise CodegenError(f"fp32_dot must be one of {', '.join(FP32_DOTS)}, got {fp32_dot!r}")
+    `fp32_dot` is the dot's input precision for fp32 operands (one of FP32_DOTS: CodegenOptions checked it)."""
     cfg = k.config
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
