@@ -72,11 +72,12 @@ FEATURE_NAMES: tuple[str, ...] = (
     *COMPILED_FEATURES,
 )
 
-# Which regions compute low-precision arithmetic in fp32: the plan's default codegen options (the ones every
-# measured row was generated with), so that the feature follows the generated code.
-_DEFAULTS = CodegenOptions()
-_UPCAST = {"pro_a": _DEFAULTS.upcast_prologue, "pro_b": _DEFAULTS.upcast_prologue,
-           "epi": _DEFAULTS.upcast_epilogue, "body": _DEFAULTS.upcast_pointwise}
+
+def _upcast_by_region(o: CodegenOptions) -> dict[str, bool]:
+    """Which regions compute low-precision arithmetic in fp32 under the plan's codegen options, so that the
+    feature follows the generated code (every measured row was generated with the defaults)."""
+    return {"pro_a": o.upcast_prologue, "pro_b": o.upcast_prologue, "epi": o.upcast_epilogue,
+            "body": o.upcast_pointwise}
 
 
 def _op_class_counts(g: OpGraph, nodes: Iterable[str]) -> dict[str, int]:
@@ -134,11 +135,11 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     if f"kind_{k.kind}" in f:  # library matmuls (and kinds added since schema v4) have no bit: see library_rows
         f["kind_" + k.kind] = 1.0
 
-    upcasts = 0
+    upcasts, upcast = 0, _upcast_by_region(plan.options)
     for region, nodes in kind.regions(k).items():
         for cls, c in _op_class_counts(g, nodes).items():
             f[f"{region}_{cls}"] = float(c)
-        upcasts += _upcasts(g, nodes, _UPCAST[region])
+        upcasts += _upcasts(g, nodes, upcast[region])
     f["upcasts"] = float(upcasts)
 
     found = loaded(g, k.nodes)

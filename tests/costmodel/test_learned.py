@@ -72,6 +72,14 @@ def test_upcasts_and_libdevice_ops_are_counted_in_a_gelu_epilogue() -> None:
     assert f32["upcasts"] == 0.0 and f32["a_bits"] == 32.0
 
 
+def test_upcasts_follow_the_plans_codegen_options() -> None:
+    """The feature counts what the generated code does: an epilogue left in bf16 upcasts only what needs fp32."""
+    g = fs.workload("mm_bias_gelu", M=16, K=256, N=256, dtype="bfloat16")
+    (upcast,) = plan_features(P.fully_fused(g), H200)
+    (native,) = plan_features(P.fully_fused(g).with_options(upcast_epilogue=False), H200)
+    assert 1.0 <= native["upcasts"] < upcast["upcasts"]
+
+
 def test_kernel_features_refuse_an_index_outside_the_plan() -> None:
     with pytest.raises(CostModelError, match="out of range"):
         kernel_features(P.fully_fused(fs.workload("scale_mm", M=64, K=64, N=64)), 3, H200)
