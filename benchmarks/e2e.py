@@ -131,10 +131,11 @@ class Workload:
                            for _ in range(4)]
             self.state = []
 
-    def caches(self) -> list[torch.Tensor]:
+    def caches(self, model: torch.nn.Module | None = None) -> list[torch.Tensor]:
+        """Every layer's KV cache of `model` (default: the case's own; the float32 check passes its copy)."""
         if self.case.model != "llama":
             return []
-        return [t for layer in self.model.layers
+        return [t for layer in (model or self.model).layers
                 for t in (layer.attention.kv_cache.k_cache, layer.attention.kv_cache.v_cache)]
 
     def reset(self) -> None:
@@ -200,8 +201,7 @@ def float32_outputs(w: Workload) -> list[list[torch.Tensor]]:
     """Every checked output of eager PyTorch on a float32 copy of the model (int8 weights stay int8, their
     scales and every other weight, cache and input in float32), from the same cache state."""
     model = copy.deepcopy(w.model).float()
-    caches = [t for layer in getattr(model, "layers", []) for t in (layer.attention.kv_cache.k_cache,
-                                                                      layer.attention.kv_cache.v_cache)]
+    caches = w.caches(model)
     outs = []
     with torch.no_grad():
         for cache, saved in zip(caches, w.state, strict=True):
