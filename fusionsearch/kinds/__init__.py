@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from fusionsearch.errors import PlanError
 from fusionsearch.kinds.base import KernelCode, KernelKind, MatmulKind, ModuleContext
 from fusionsearch.kinds.counting import KernelEstimate
+from fusionsearch.kinds.decode_matmul import DECODE
 from fusionsearch.kinds.extern import EXTERN
 from fusionsearch.kinds.library import LIBRARY_KIND
 from fusionsearch.kinds.matmul_template import TEMPLATE
@@ -73,6 +74,6 @@ def all_kinds() -> tuple[KernelKind, ...]:
     return tuple(_KINDS.values())
 
 
-for _kind in (TEMPLATE, POINTWISE, EXTERN, LIBRARY_KIND):
+for _kind in (TEMPLATE, POINTWISE, EXTERN, LIBRARY_KIND, DECODE):
     register(_kind)
 BUILTIN = frozenset(_KINDS)

@@ -4,6 +4,7 @@ their legality, their JSON, and the reference plans. `from fusionsearch import p
 from fusionsearch.plan.build import Decision, MatmulKernelMaker, build_plan, default_config
 from fusionsearch.plan.kernels import (
     ExternKernel,
+    FusedMatmulKernel,
     Kernel,
     KernelValue,
     LibraryKernel,
@@ -31,7 +32,8 @@ from fusionsearch.plan.tile import (
 )
 
 __all__ = [
-    "CodegenOptions", "Decision", "ExternKernel", "FP32_DOT", "FP32_DOTS", "FUSABLE", "Kernel", "KernelValue",
+    "CodegenOptions", "Decision", "ExternKernel", "FP32_DOT", "FP32_DOTS", "FUSABLE", "FusedMatmulKernel",
+    "Kernel", "KernelValue",
     "LibraryKernel", "MAX_BLOCK", "MAX_FUSED_DEPTH", "MAX_GROUP_M", "MAX_SHARED_MEMORY_BYTES", "MAX_SPLIT_K",
     "MAX_STAGES", "MAX_WARPS", "MIN_BLOCK", "MatmulKernelMaker", "PLAN_VERSION", "Plan", "PointwiseKernel",
     "Problem", "TemplateKernel", "TileConfig", "build_plan", "check_plan", "default_config", "fully_fused",

@@ -49,17 +49,17 @@ class StoresWhatItComputes:
         return None
 
 
-@dataclass(frozen=True)
-class TemplateKernel:
-    """One matmul with the nodes fused into its A and B loads (prologues) and evaluated on its output tile
-    (epilogue: downstream pointwise work, and whatever computes an addmm/linear bias)."""
+class FusedMatmulKernel:
+    """For kernel values that run one matmul with nodes fused into its A and B loads (prologues) and evaluated
+    on its output tile (epilogue: downstream pointwise work, and whatever computes an addmm/linear bias): the
+    template and the decode matmul. Their `config` is the kind's own (TileConfig, DecodeConfig), with `short()`
+    and `shared_memory_bytes(itemsize)`."""
 
     matmul: str
-    prologue_a: tuple[str, ...] = ()
-    prologue_b: tuple[str, ...] = ()
-    epilogue: tuple[str, ...] = ()
-    config: TileConfig = field(default_factory=TileConfig)
-    kind: Literal["template"] = "template"
+    prologue_a: tuple[str, ...]
+    prologue_b: tuple[str, ...]
+    epilogue: tuple[str, ...]
+    config: Any
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -84,12 +84,25 @@ class TemplateKernel:
         parts.append(f"config {self.config.short()}")
         return "; ".join(parts)
 
+
+@dataclass(frozen=True)
+class TemplateKernel(FusedMatmulKernel):
+    """One matmul as the Triton template: its tile config, prologues in its operand loads, an epilogue on its
+    output tile."""
+
+    matmul: str
+    prologue_a: tuple[str, ...] = ()
+    prologue_b: tuple[str, ...] = ()
+    epilogue: tuple[str, ...] = ()
+    config: TileConfig = field(default_factory=TileConfig)
+    kind: Literal["template"] = "template"
+
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> TemplateKernel:
         cfg = d.get("config", {})
         if not isinstance(cfg, dict) or set(cfg) - set(TileConfig.__dataclass_fields__):
             raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
-        matmul = _name(d, "matmul", where)
+        matmul = node_name(d, "matmul", where)
         try:
             config = TileConfig(**cfg)
         except PlanError as e:
@@ -135,7 +148,7 @@ class ExternKernel(StoresWhatItComputes):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> ExternKernel:
-        return cls(_name(d, "node", where))
+        return cls(node_name(d, "node", where))
 
 
 @dataclass(frozen=True)
@@ -158,7 +171,7 @@ class LibraryKernel(StoresWhatItComputes):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> LibraryKernel:
-        return cls(_name(d, "matmul", where))
+        return cls(node_name(d, "matmul", where))
 
 
 Kernel = TemplateKernel | PointwiseKernel | ExternKernel | LibraryKernel
@@ -205,7 +218,7 @@ def names(d: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(v)
 
 
-def _name(d: dict[str, Any], key: str, where: str) -> str:
+def node_name(d: dict[str, Any], key: str, where: str) -> str:
     if not isinstance(d.get(key), str):
         raise SpecError(f"{where}: {key!r} must be a node name")
     return str(d[key])

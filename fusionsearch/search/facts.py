@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from fusionsearch.plan import LibraryKernel, Plan, TemplateKernel, prologue_bytes_ok, template_operands
+from fusionsearch.plan import FusedMatmulKernel, LibraryKernel, Plan, prologue_bytes_ok, template_operands
 
 
 def hardware_words(backend: str, hw_name: str, gpu_here: bool | None = None) -> str:
@@ -31,7 +31,7 @@ def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None) -> lis
     out = []
     for i, (k, ke) in enumerate(zip(plan.kernels, estimate(plan, hw).per_kernel, strict=True)):
         facts: dict[str, Any] = {"index": ke.index, "kind": k.kind}
-        if isinstance(k, TemplateKernel):
+        if isinstance(k, FusedMatmulKernel):
             facts |= {"matmul": k.matmul, "op": g.node(k.matmul).op, "config": k.config.short(),
                       "prologue_a": list(k.prologue_a), "prologue_b": list(k.prologue_b),
                       "epilogue": list(k.epilogue), "not_fused": _not_fused(plan, k)}
@@ -49,7 +49,7 @@ def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None) -> lis
     return out
 
 
-def _not_fused(plan: Plan, k: TemplateKernel) -> list[dict[str, str]]:
+def _not_fused(plan: Plan, k: FusedMatmulKernel) -> list[dict[str, str]]:
     """The template's operands computed by fusable work that the plan leaves unfused, with the reason (the same
     reasoning as TuneResult.explain)."""
     g = plan.graph

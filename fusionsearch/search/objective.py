@@ -14,7 +14,7 @@ from fusionsearch import settings
 from fusionsearch.errors import FusionSearchError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
-from fusionsearch.plan import Plan, TemplateKernel, prologue_bytes_ok
+from fusionsearch.plan import FusedMatmulKernel, Plan, prologue_bytes_ok
 from fusionsearch.search.options import MODEL_FILES, SearchOptions
 from fusionsearch.search.outcome import TrialOutcome
 from fusionsearch.search.space import Space
@@ -127,7 +127,7 @@ class Objective:
         if self.options.bytes_rule is None:
             return ""
         for k in plan.kernels:
-            if isinstance(k, TemplateKernel):
+            if isinstance(k, FusedMatmulKernel):
                 for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
                     if nodes and not prologue_bytes_ok(self.graph, k.matmul, side, nodes, self.options.bytes_rule):
                         return (f"prologue {side} of {k.matmul} reads more bytes than the unfused operand "

@@ -10,7 +10,7 @@ from typing import Any
 
 from fusionsearch.codegen.runtime import compile_plan, export_plan
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.plan import LibraryKernel, Plan, TemplateKernel
+from fusionsearch.plan import FusedMatmulKernel, LibraryKernel, Plan
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class TuneResult:
                  f"{est.time_us:.1f} us; {est.bytes_read / 1e6:.2f} MB read, {est.bytes_written / 1e6:.2f} MB written"]
         for k, ke in zip(self.best.kernels, est.per_kernel, strict=True):
             head = f"  kernel {ke.index}: {k.kind}"
-            if isinstance(k, TemplateKernel):
+            if isinstance(k, FusedMatmulKernel):
                 head += f" {g.node(k.matmul).op} {k.matmul} [{k.config.short()}]"
                 for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
                     root = template_operands(g, k.matmul)[side]

@@ -23,8 +23,9 @@ from fusionsearch.kinds.counting import (
 )
 from fusionsearch.kinds.matmul_template.configs import config_candidates
 from fusionsearch.kinds.matmul_template.source import generate_template
+from fusionsearch.kinds.triton_source.matmul_tile import TileShape
 from fusionsearch.plan.build import default_config
-from fusionsearch.plan.kernels import TemplateKernel
+from fusionsearch.plan.kernels import FusedMatmulKernel, TemplateKernel
 from fusionsearch.plan.resources import KernelResources
 from fusionsearch.plan.tile import TileConfig
 
@@ -46,7 +47,11 @@ class TemplateKind(MatmulKind):
 
     def features(self, g: OpGraph, kernel: TemplateKernel, stored: set[str], hw: Hardware,
                  resources: KernelResources | None) -> dict[str, float]:
-        cfg = kernel.config
+        return self.tile_features(g, kernel, kernel.config, hw)
+
+    def tile_features(self, g: OpGraph, kernel: FusedMatmulKernel, cfg: TileConfig | TileShape, hw: Hardware
+                      ) -> dict[str, float]:
+        """The features of a fused matmul run on blocks `cfg` (the decode kind shares them on its own blocks)."""
         f = {key: float(getattr(cfg, key))
              for key in ("block_m", "block_n", "block_k", "group_m", "split_k", "num_warps", "num_stages")}
         ops = self.operands(g, kernel.matmul)
@@ -57,7 +62,7 @@ class TemplateKind(MatmulKind):
         padded = (math.ceil(p.m / cfg.block_m) * cfg.block_m * math.ceil(p.n / cfg.block_n) * cfg.block_n
                   * math.ceil(p.k / cfg.block_k) * cfg.block_k)
         f["pad_efficiency"] = p.m * p.n * p.k / padded
-        f.update(_occupancy(self, g, kernel, hw))
+        f.update(_occupancy(self, g, kernel, cfg, hw))
         return f
 
     def generate(self, ctx: ModuleContext, kernel: TemplateKernel, stored: set[str], name: str) -> KernelCode:
@@ -154,9 +159,10 @@ def template_estimate(g: OpGraph, k: TemplateKernel, i: int, stored: set[str], h
                           waves, tiles * p.batch, reread_a, reread_b)
 
 
-def _occupancy(kind: TemplateKind, g: OpGraph, k: TemplateKernel, hw: Hardware) -> dict[str, float]:
+def _occupancy(kind: TemplateKind, g: OpGraph, k: FusedMatmulKernel, cfg: TileConfig | TileShape, hw: Hardware
+               ) -> dict[str, float]:
     """The v2 template features: how the tile config occupies the machine and what the fused regions cost."""
-    cfg, p, ops = k.config, kind.problem(g, k.matmul), kind.operands(g, k.matmul)
+    p, ops = kind.problem(g, k.matmul), kind.operands(g, k.matmul)
     a, b = g.node(ops["A"]), g.node(ops["B"])
     k_blocks = math.ceil(p.k / cfg.block_k)
     split = max(1, min(cfg.split_k, k_blocks))  # as the template's source clamps it

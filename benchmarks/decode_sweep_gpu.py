@@ -1,0 +1,163 @@
+"""GPU: which decode-matmul configs (issue 27) reach the memory floor? For the decode-shaped cases, the fully
+fused plan with its matmul run by the decode kind under a grid much wider than the search's space (the three
+inner-product forms, block N and K, split-K, warps, stages), every config compiled in parallel, validated
+against float64 and timed with do_bench (L2 flushed); beside the floor (least bytes at the copy bandwidth
+measured in the same run), a device copy of the floor's bytes, cuBLAS on the bare matmul, and the template's
+own best small-M configs on the same plan.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/decode_sweep_gpu.py --out $OUT [--cases 0,2]
+Writes sweep.json under --out after every case; prints per case the ten best configs, the summary table last."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+import fusionsearch as fs
+from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
+from fusionsearch.datasets.workloads import case_name
+from fusionsearch.errors import failure_reason
+from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
+from fusionsearch.kinds.decode_matmul.configs import splits_for
+from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
+from fusionsearch.measure import validate
+from fusionsearch.measure.bench import benchmark, measure_ceilings, time_callable
+from fusionsearch.measure.isolate import CompilePool
+from fusionsearch.plan import FusedMatmulKernel, Plan, fully_fused
+from fusionsearch.plan.matmul import problem
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.harness import add_out, case_indices, floor_us, md_table, out_file, run_facts, write_json  # noqa: E402
+
+CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}),
+         ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}),
+         ("w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128}),
+         ("w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128}),
+         ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096})]
+GRID = {"dot": ((64, 128, 256), (128, 256)), "dot_t": ((64, 128, 256), (128, 256)),
+        "fma": ((128, 256, 512, 1024), (16, 32, 64))}
+WARPS_STAGES = ((4, 3), (4, 5), (8, 4))
+
+
+def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
+    m = problem(g, mm).m
+    out = []
+    for product, (bns, bks) in GRID.items():
+        if product == "fma" and m > 4:
+            continue
+        for bn, bk, (w, s) in itertools.product(bns, bks, WARPS_STAGES):
+            for sk in splits_for(g, mm, bn, bk):
+                cfg = DecodeConfig(bn, bk, sk, w, s, product)
+                if cfg.shared_memory_bytes(2) <= 220 * 1024:
+                    out.append(cfg)
+    return list(dict.fromkeys(out))
+
+
+def with_kernel(base: Plan, make: Any) -> Plan:
+    """`base` with its one fused matmul kernel replaced by `make(kernel)`."""
+    kernels = tuple(make(k) if isinstance(k, FusedMatmulKernel) else k for k in base.kernels)
+    return dataclasses.replace(base, kernels=kernels).check()
+
+
+def timed(plan: Plan, g: fs.OpGraph, inputs: list, refs: list, rep_ms: int) -> dict[str, Any]:
+    try:
+        v = validate(plan, g, inputs, refs=refs)
+        if not v.ok:
+            return {"median_us": None, "reason": "invalid: " + v.reason}
+        t = benchmark(plan, inputs, warmup_ms=5, rep_ms=rep_ms)
+        return {"median_us": t.median_us if t.ok else None, "reason": t.reason, "rel_err": v.rel_err}
+    except Exception as e:
+        return {"median_us": None, "reason": failure_reason(e, 200)}
+
+
+def copy_us(nbytes: int) -> float:
+    src = torch.empty(max(1, nbytes // 4), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return time_callable(lambda: dst.copy_(src)).median_us
+
+
+def cublas_us(g: fs.OpGraph, mm: str) -> float:
+    p = problem(g, mm)
+    a = torch.randn(p.m, p.k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(p.k, p.n, dtype=torch.bfloat16, device="cuda")
+    return time_callable(lambda: torch.mm(a, b)).median_us
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_out(ap, "sweep.json")
+    ap.add_argument("--workers", type=int, default=14)
+    ap.add_argument("--rep-ms", type=int, default=20)
+    ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
+    args = ap.parse_args()
+    ceilings = measure_ceilings()
+    pool = CompilePool(args.workers)
+    report: dict[str, Any] = {**run_facts("device"), "ceilings": ceilings, "cases": []}
+    summary = []
+    for index in case_indices(args.cases, len(CASES)):
+        name, shape = CASES[index]
+        t0 = time.time()
+        g = fs.workload(name, **shape)
+        base = fully_fused(g)
+        mm = next(k.matmul for k in base.kernels if isinstance(k, FusedMatmulKernel))
+        cfgs = configs(g, mm)
+        plans = [with_kernel(base, lambda k, c=c: DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, c))
+                 for c in cfgs]
+        templates = [c for c in KNOWN_GOOD_SMALL_M if c.block_m == 16]
+        template_plans = [base.with_config(c) for c in templates]
+        failures = pool.warm(g.to_dict(), [p.to_json() for p in plans + template_plans])
+        inputs = fs.random_inputs(g, seed=0, device="cuda")
+        refs = fs.reference(g, inputs, float64=True)
+        rows = []
+        for label, p, failure in zip([c.short() for c in cfgs + templates], plans + template_plans, failures,
+                                     strict=True):
+            row = {"config": label, "median_us": None, "reason": failure}
+            if not failure:
+                row.update(timed(p, g, inputs, refs, args.rep_ms))
+            rows.append(row)
+        decode_ok = sorted((r for r in rows[:len(cfgs)] if r["median_us"]), key=lambda r: r["median_us"])
+        template_ok = sorted((r for r in rows[len(cfgs):] if r["median_us"]), key=lambda r: r["median_us"])
+        nbytes = least_bytes(g)
+        floor = floor_us(nbytes, matmul_flops(g), ceilings)
+        copy, cb = copy_us(nbytes), cublas_us(g, mm)
+        case = {"case": case_name({"workload": name, "shape": shape}), "floor_us": floor, "floor_bytes": nbytes,
+                "copy_same_bytes_us": copy, "cublas_bare_us": cb, "configs": len(cfgs), "ok": len(decode_ok),
+                "rows": rows, "seconds": time.time() - t0}
+        report["cases"].append(case)
+        write_json(report, out_file(args.out, "sweep.json"))
+        print(f"{case['case']}: {len(cfgs)} decode configs, {len(decode_ok)} ok, {case['seconds']:.0f} s; floor "
+              f"{floor:.1f} us, copy {copy:.1f} us, cuBLAS bare {cb:.1f} us", flush=True)
+        for r in decode_ok[:10]:
+            gbs = nbytes / (r["median_us"] * 1e-6) / 1e9
+            print(f"   {r['median_us']:7.1f} us  {r['median_us'] / floor:5.2f}x floor  {gbs:6.0f} GB/s  {r['config']}",
+                  flush=True)
+        for r in template_ok[:2]:
+            print(f"   template {r['median_us']:7.1f} us  {r['config']}", flush=True)
+        reasons: dict[str, int] = {}
+        for r in rows:
+            if not r["median_us"]:
+                reasons[r["reason"][:100]] = reasons.get(r["reason"][:100], 0) + 1
+        for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
+            print(f"   {n} failed: {reason}")
+        best = decode_ok[0] if decode_ok else None
+        summary.append((case["case"], floor, copy, cb, best, template_ok[0] if template_ok else None))
+        del inputs, refs
+        torch.cuda.empty_cache()
+    pool.close()
+    print("\n".join(md_table(["case", "floor us", "copy us", "cuBLAS bare us", "best decode us", "x floor",
+                              "best template us", "decode config"], (
+        [c, f"{floor:.1f}", f"{copy:.1f}", f"{cb:.1f}",
+         *([f"{best['median_us']:.1f}", f"{best['median_us'] / floor:.2f}"] if best else ["failed", ""]),
+         f"{tb['median_us']:.1f}" if tb else "", best["config"] if best else ""]
+        for c, floor, copy, cb, best, tb in summary))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The decode configs the search tries for a matmul of at most 16 rows: the known-good ones first, then a grid
+over the inner product's form, the blocks, warps and stages, each with the split-K that gives the GPU at least
+two CTAs a multiprocessor (and twice that), as a memory-bound kernel needs bytes in flight on every SM."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.kinds.decode_matmul.kernel import DECODE_MAX_M, DecodeConfig
+from fusionsearch.plan.matmul import problem
+from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES
+
+MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
+KNOWN_GOOD: tuple[DecodeConfig, ...] = ()  # filled from GPU sweeps (benchmarks/decode_sweep_gpu.py)
+_GRID = {
+    "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
+    "dot_t": ((64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
+    "fma": ((64, 128, 256, 512), (16, 32, 64), ((4, 3), (4, 4), (8, 3))),
+}
+
+
+def accepts(g: OpGraph, mm: str) -> bool:
+    """Whether the decode kind can run `mm`: at most DECODE_MAX_M rows (per batch)."""
+    return problem(g, mm).m <= DECODE_MAX_M
+
+
+def splits_for(g: OpGraph, mm: str, block_n: int, block_k: int) -> tuple[int, ...]:
+    """The split-K that first gives at least 2 CTAs a multiprocessor (column blocks x splits x batch), and twice
+    it, each leaving every split at least two K blocks."""
+    p = problem(g, mm)
+    ctas = math.ceil(p.n / block_n) * p.batch
+    most = max(1, math.ceil(p.k / block_k) // 2)
+    split = 1
+    while ctas * split < 2 * MULTIPROCESSORS and split * 2 <= min(most, 64):
+        split *= 2
+    return tuple(dict.fromkeys((split, min(split * 2, most, 64))))
+
+
+def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
+    """Up to `limit` decode configs for `mm`: the known-good ones, then an even spread over the grid (blocks not
+    larger than the padded problem, a pipeline that fits shared memory), fma only for up to 4 rows."""
+    p = problem(g, mm)
+    itemsize = 4  # the widest operand: keeps every pipeline inside shared memory whatever the dtypes
+
+    def padded(v: int) -> int:
+        return max(16, 1 << (max(v, 1) - 1).bit_length())
+
+    grid: list[DecodeConfig] = []
+    for product, (bns, bks, warps_stages) in _GRID.items():
+        if product == "fma" and p.m > 4:
+            continue
+        for bn, bk, (w, s) in itertools.product(bns, bks, warps_stages):
+            if bn > padded(p.n) or bk > padded(p.k):
+                continue
+            for sk in splits_for(g, mm, bn, bk):
+                cfg = DecodeConfig(bn, bk, sk, w, s, product)
+                if cfg.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES:
+                    grid.append(cfg)
+    fixed = [c for c in KNOWN_GOOD if c.product != "fma" or p.m <= 4]
+    rest = [c for c in dict.fromkeys(grid) if c not in fixed]
+    room = max(0, limit - len(fixed))
+    if len(rest) > room:
+        step = len(rest) / room if room else 0
+        rest = [rest[int(i * step)] for i in range(room)]
+    return tuple([*fixed, *rest][:limit])

@@ -1,0 +1,116 @@
+"""The decode matmul's plan value: a matmul of at most 16 rows (M) run by one block of rows, so that every weight
+byte is read exactly once, with its own config (no BLOCK_M: the rows are the problem's; the inner product as a
+tensor-core dot, the dot with the weight on the left, or fp32 FMAs)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from fusionsearch.errors import PlanError, SpecError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.registry import show
+from fusionsearch.plan.kernels import FusedMatmulKernel, names, node_name
+from fusionsearch.plan.matmul import problem
+
+DECODE_MAX_M = 16  # rows a decode matmul takes: one block of them, padded to 16 for a tensor-core dot
+PRODUCTS = ("dot", "dot_t", "fma")
+"""dot: tl.dot(A [BLOCK_M, BLOCK_K], B [BLOCK_K, BLOCK_N]) with BLOCK_M = M padded to 16 (mma.sync);
+dot_t: tl.dot(B^T [BLOCK_N, BLOCK_K], A^T [BLOCK_K, BLOCK_M]): the weight is the dot's left operand, which
+Hopper's wgmma reads from registers where a prologue computed it, and BLOCK_N rows fill its 64-row minimum;
+fma: the products in fp32 on the CUDA cores, summed over the K block, BLOCK_M = M padded to a power of two
+(no padding to 16: one row costs one row)."""
+_MAX_BLOCK_N, _MAX_BLOCK_K, _MAX_SPLIT, _MAX_WARPS, _MAX_STAGES = 1024, 512, 64, 16, 8
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """The decode matmul's launch: BLOCK_N columns and BLOCK_K rows of the weight per step, the K range cut
+    into `split_k` slices (one CTA each per column block; the last to finish reduces), warps, pipeline stages
+    (Triton's loop pipelining: loads that many steps ahead), and the inner product's form."""
+
+    block_n: int = 64
+    block_k: int = 256
+    split_k: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+    product: str = "dot"
+
+    def __post_init__(self) -> None:
+        if self.product not in PRODUCTS:
+            raise PlanError(f"decode config product must be one of {', '.join(PRODUCTS)}, got {show(self.product)}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "product" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise PlanError(f"decode config {f.name} must be a positive integer, got {show(value)}")
+        for key in ("block_n", "block_k", "num_warps"):
+            v = getattr(self, key)
+            if v & (v - 1):
+                raise PlanError(f"decode config {key} must be a power of two, got {show(v)}")
+        least_k = 8 if self.product == "fma" else 16  # tl.dot's smallest K block is 16
+        if self.block_n < 16 or self.block_k < least_k:
+            raise PlanError(f"decode config block_n must be at least 16 and block_k at least {least_k} "
+                            f"for product {self.product!r}")
+        bounds = {"block_n": _MAX_BLOCK_N, "block_k": _MAX_BLOCK_K, "split_k": _MAX_SPLIT, "num_warps": _MAX_WARPS,
+                  "num_stages": _MAX_STAGES}
+        for key, most in bounds.items():
+            if getattr(self, key) > most:
+                raise PlanError(f"decode config {key} must be at most {most}, got {show(getattr(self, key))}")
+
+    def block_m(self, m: int) -> int:
+        """BLOCK_M for a problem of `m` rows (at most DECODE_MAX_M): a power of two, at least 16 for a dot."""
+        rows = 1 << (max(m, 1) - 1).bit_length()
+        return rows if self.product == "fma" else max(16, rows)
+
+    def shared_memory_bytes(self, itemsize: int) -> int:
+        """The pipeline's shared memory at the most rows (16): `num_stages` buffers of one A and one B block."""
+        return self.num_stages * (DECODE_MAX_M * self.block_k + self.block_k * self.block_n) * itemsize
+
+    def short(self) -> str:
+        return (f"decode {self.product} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
+                f"s{self.num_stages}")
+
+    @staticmethod
+    def from_short(label: str) -> DecodeConfig:
+        """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
+        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)", label)
+        if found is None:
+            raise PlanError(f"{label!r} is not a decode config label (like 'decode dot n64 k256 sk8 w4 s3')")
+        product, *numbers = found.groups()
+        bn, bk, sk, w, s = map(int, numbers)
+        return DecodeConfig(bn, bk, sk, w, s, product)
+
+
+@dataclass(frozen=True)
+class DecodeKernel(FusedMatmulKernel):
+    """One matmul of at most DECODE_MAX_M rows (per batch) as the decode kind: prologues in its operand loads,
+    an epilogue on its output, its DecodeConfig."""
+
+    matmul: str
+    prologue_a: tuple[str, ...] = ()
+    prologue_b: tuple[str, ...] = ()
+    epilogue: tuple[str, ...] = ()
+    config: DecodeConfig = DecodeConfig()
+    kind: Literal["decode"] = "decode"
+
+    def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
+        super().check(g, i, shared_memory_bytes)
+        m = problem(g, self.matmul).m
+        if m > DECODE_MAX_M:
+            raise PlanError(f"kernel {i}: the decode matmul takes at most {DECODE_MAX_M} rows; {self.matmul!r} has "
+                            f"{m}: run it as a template")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> DecodeKernel:
+        cfg = d.get("config", {})
+        known = {f.name for f in fields(DecodeConfig)}
+        if not isinstance(cfg, dict) or set(cfg) - known:
+            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(known)}")
+        matmul = node_name(d, "matmul", where)
+        try:
+            config = DecodeConfig(**cfg)
+        except PlanError as e:
+            raise PlanError(f"{where} ({matmul!r}): {e}") from None
+        return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where), names(d, "epilogue", where),
+                   config)

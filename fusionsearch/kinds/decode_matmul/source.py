@@ -1,0 +1,90 @@
+"""The decode matmul's Triton source: one CTA per (column block, K slice, batch), all M rows in one block, so
+every weight byte is read once; the K loop pipelined through tl.range (Triton pipelines only loads that feed a
+tl.dot otherwise: the fma form's loads need it); the inner product as DecodeConfig.product says; split-K
+reduced by the last slice to arrive, which runs the epilogue (the template's serial tail)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fusionsearch.errors import CodegenError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.kinds.decode_matmul.kernel import DecodeKernel
+from fusionsearch.kinds.triton_source.emit import NameGen, Source
+from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
+from fusionsearch.kinds.triton_source.matmul_tile import (
+    MatmulTile,
+    TileShape,
+    assemble_kernel,
+    finish_tile,
+    load_operands,
+    serial_split_k,
+    tile_header,
+)
+from fusionsearch.kinds.triton_source.tile import Buffers
+from fusionsearch.plan.matmul import problem, template_operands
+from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
+
+_PRODUCT = {
+    "dot": "acc = tl.dot(a, b, acc{precision})",
+    "dot_t": "acc = tl.dot(b, a, acc{precision})",  # B^T [BLOCK_N, BLOCK_K] @ A^T [BLOCK_K, BLOCK_M]
+    "fma": "acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
+}
+
+
+def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
+    """The blocks the decode kernel's source is generated for (BLOCK_M from the problem's rows)."""
+    c = k.config
+    return TileShape(c.block_m(problem(g, k.matmul).m), c.block_n, c.block_k, 1, c.split_k, c.num_warps,
+                     c.num_stages)
+
+
+def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o: CodegenOptions
+                    ) -> list[GeneratedKernel]:
+    """The Triton kernel of one decode matmul (split-K serial: one launch). Of the codegen options it follows
+    the upcasts, split_epilogue and fp32_dot; TMA loads and persistent or warp-specialised loops are the
+    template's."""
+    p = problem(g, k.matmul)
+    if min(p.m, p.n, p.k) == 0:
+        raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
+    cfg, product = tile_shape(g, k), k.config.product
+    if cfg.block_m < p.m:
+        raise CodegenError(f"matmul {k.matmul!r} has {p.m} rows, more than the decode kind's one block")
+    split = max(1, min(cfg.split_k, math.ceil(p.k / cfg.block_k)))
+    k_tiles = math.ceil(math.ceil(p.k / cfg.block_k) / split)
+    even_k = p.k % cfg.block_k == 0 and math.ceil(p.k / cfg.block_k) == k_tiles * split
+    transposed = product == "dot_t"
+    t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
+    t_load = MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed)
+    buffers, kernel_src = Buffers(g), Source(1, NameGen())
+    src = tile_header(kernel_src, f"fusionsearch decode kernel: {g.node(k.matmul).op}, prologue A "
+                                  f"{len(k.prologue_a)} ops, B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} "
+                                  f"ops, {k.config.short()}", p, split)
+    src.line("acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)" if transposed
+             else "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    hoist, loop = src.child(), src.child(1)
+    k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
+    loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
+    if not even_k:
+        loop.line("mask_k = idx_k < K")
+    op_dtype = g.node(template_operands(g, k.matmul)["A"]).dtype
+    shapes = ({"A": "(BLOCK_K, BLOCK_M)", "B": "(BLOCK_N, BLOCK_K)"} if transposed
+              else {"A": "(BLOCK_M, BLOCK_K)", "B": "(BLOCK_K, BLOCK_N)"})
+    load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes)
+    precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
+    loop.line(_PRODUCT[product].format(precision=precision))
+    src.splice(hoist)
+    src.line(f"for k_tile in tl.range({k_tiles}, num_stages={cfg.num_stages}):")
+    src.splice(loop)
+    if transposed:
+        src.line("acc = tl.trans(acc)")
+    tiles = math.ceil(p.n / cfg.block_n)
+    constexprs = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": 1}
+    if split == 1:
+        finish_tile(g, k, stored, src, buffers, t, o.upcast_epilogue, p, cfg, even_k, o.split_epilogue)
+        return [assemble_kernel(name, kernel_src, buffers, (tiles, 1, p.batch), constexprs, cfg)]
+    serial_split_k(g, k, stored, src, buffers, t, o.upcast_epilogue, p, cfg, even_k, o.split_epilogue, split, tiles)
+    return [assemble_kernel(name, kernel_src, buffers, (tiles, split, p.batch), constexprs, cfg,
+                            split * p.batch * p.m * p.n, tiles * p.batch)]
