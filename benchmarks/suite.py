@@ -37,7 +37,7 @@ import torch
 import fusionsearch as fs
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits, least_bytes, matmul_flops
-from fusionsearch.datasets.workloads import REFERENCE_CASES, WORKLOADS, case_name
+from fusionsearch.datasets.workloads import SUITE_CASES, WORKLOADS, case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
@@ -67,7 +67,8 @@ from benchmarks.harness import (  # noqa: E402
 )
 
 # Variants in the order they are measured, tabled and drawn, with their column labels.
-LABELS = {"cublas_bare": "cuBLAS bare", "eager": "eager", "torch_compile": "torch.compile",
+LABELS = {"cublas_bare": "cuBLAS bare", "cublas_per_expert": "cuBLAS per expert", "eager": "eager",
+          "torch_compile": "torch.compile",
           "max_autotune": "max-autotune", "fusionsearch": "fusionsearch"}
 TIMED = "_timed"  # a record's timed callable, held until the case's interleaved rounds (never written out)
 MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
@@ -161,6 +162,30 @@ def measure_cublas(problems: Sequence[Problem]) -> dict[str, Any]:
                            for s in (a_shape, b_shape)))
     record = timed_call(lambda: [torch.matmul(a, b) for a, b in pairs])
     record["matmuls"] = [dataclasses.asdict(p) for p in problems]
+    return record
+
+
+def measure_cublas_per_expert(inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """moe_ffn: what a loop over the experts with cuBLAS runs, its matmuls only: per expert that the router
+    picked, its tokens' rows (gathered before timing) against w1[e] and w3[e], then the hidden rows against
+    w2[e] (the grouped matmuls without the gather, the routing weights or SiLU)."""
+    x, idx, _, w1, w3, w2 = inputs
+    work = []
+    for e in range(w1.shape[0]):
+        tokens = (idx == e).any(dim=1).nonzero().flatten()
+        if len(tokens):
+            xe = x[tokens].contiguous()
+            he = torch.empty(len(tokens), w1.shape[1], dtype=x.dtype, device=x.device).normal_()
+            work.append((xe, he, w1[e], w3[e], w2[e]))
+
+    def loop() -> None:
+        for xe, he, a, b, c in work:
+            torch.mm(xe, a.t())
+            torch.mm(xe, b.t())
+            torch.mm(he, c.t())
+
+    record = timed_call(loop)
+    record["experts"] = len(work)
     return record
 
 
@@ -259,6 +284,8 @@ def run_case(index: int, case: dict[str, Any], ceilings: dict[str, float], args:
         row["reference_error"] = failure_reason(e)  # nothing can be checked; every variant is still timed
     row["copy_same_bytes"] = attempt(measure_copy, nbytes)
     variants["cublas_bare"] = attempt(measure_cublas, matmul_problems(g))
+    if case["workload"] == "moe_ffn":
+        variants["cublas_per_expert"] = attempt(measure_cublas_per_expert, inputs)
     variants["eager"] = attempt(measure_eager, fn, inputs)
     if refs is not None:
         row["eager_vs_float64"] = attempt(eager_vs_float64, refs, g, inputs)
@@ -323,8 +350,10 @@ def timed(rec: dict[str, Any]) -> str:
 
 
 def time_cell(row: dict[str, Any], variant: str) -> str:
-    """timed(...), 'failed' or 'skipped'."""
-    rec = row["variants"].get(variant, {})
+    """timed(...), 'failed' or 'skipped'; blank for a variant the case does not have (cuBLAS per expert)."""
+    if variant not in row["variants"]:
+        return ""
+    rec = row["variants"][variant]
     if "median_us" in rec:
         return timed(rec)
     return "skipped" if "skipped" in rec else "failed"
@@ -385,8 +414,8 @@ def markdown(report: dict[str, Any]) -> str:
                  for v, rec in r["variants"].items() if "error" in rec]
     if failures:
         lines += ["Failures:", "", *failures, ""]
-    head = ["case", "floor", "copy of the floor's bytes", "cuBLAS bare", "eager", "torch.compile", "max-autotune",
-            "fusionsearch", *(label for label, _ in CODEGEN_VARIANTS.values()), "× eager", "× compile",
+    head = ["case", "floor", "copy of the floor's bytes", *LABELS.values(),
+            *(label for label, _ in CODEGEN_VARIANTS.values()), "× eager", "× compile",
             "× max-autotune", "fusionsearch ÷ floor", "fusionsearch ÷ copy", "fusionsearch ÷ cuBLAS",
             "peak MB eager / plan", "search s", "trials"]
     lines += md_table(head)
@@ -454,7 +483,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Every reference case on this GPU: eager, torch.compile, "
                                  "max-autotune, the searched plan, cuBLAS and the floor.")
     ap.add_argument("--trials", type=int, default=32, help="search trials per case (default 32)")
-    ap.add_argument("--cases", default="", help="comma-separated indices into REFERENCE_CASES (default: all)")
+    ap.add_argument("--cases", default="", help="comma-separated indices into SUITE_CASES: the reference "
+                    "cases, then from 10 the decode rows (default: all)")
     add_out(ap, "suite.json, suite.md, suite.png")
     ap.add_argument("--rounds", type=int, default=5,
                     help="interleaved timing rounds per case whose median is each variant's figure (default 5; "
@@ -465,7 +495,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "into one suite.json, suite.md and suite.png under --out")
     args = ap.parse_args(argv)
     try:
-        args.indices = case_indices(args.cases, len(REFERENCE_CASES))
+        args.indices = case_indices(args.cases, len(SUITE_CASES))
     except ValueError as e:
         ap.error(str(e))
     if args.rounds < 0:
@@ -516,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_json(report, json_path)
     for index in args.indices:
         start = time.time()
-        case = REFERENCE_CASES[index]
+        case = SUITE_CASES[index]
         try:
             row = run_case(index, case, c, args)
         except Exception as e:  # the graph or its inputs could not be built: the case is reported, not the run

@@ -222,9 +222,25 @@ REFERENCE_CASES: list[dict[str, Any]] = [
 ]
 
 
+# The decode-sized rows issue 27 adds to the suite (no anchor figures: every figure comes from the suite's own
+# run): int8 weight-only at 1 and 4 rows, int4 group-dequant at 1 and 16, Mixtral's MoE FFN at 1, 16, 512 tokens.
+DECODE_CASES: list[dict[str, Any]] = [
+    {"workload": "w8_dequant_mm", "shape": {"M": 1, "K": 8192, "N": 8192}},
+    {"workload": "w8_dequant_mm", "shape": {"M": 4, "K": 8192, "N": 8192}},
+    {"workload": "w4_dequant_mm", "shape": {"M": 1, "K": 4096, "N": 11008, "G": 128}},
+    {"workload": "w4_dequant_mm", "shape": {"M": 16, "K": 4096, "N": 11008, "G": 128}},
+    {"workload": "moe_ffn", "shape": {"T": 1, "D": 4096, "H": 14336, "E": 8}},
+    {"workload": "moe_ffn", "shape": {"T": 16, "D": 4096, "H": 14336, "E": 8}},
+    {"workload": "moe_ffn", "shape": {"T": 512, "D": 4096, "H": 14336, "E": 8}},
+]
+SUITE_CASES = REFERENCE_CASES + DECODE_CASES  # benchmarks/suite.py's rows, by index
+
+
 def case_name(case: dict[str, Any]) -> str:
-    """'gather_mm M64 K4096 N4096': a reference case as the anchors name it (a gather's table rows T left out)."""
-    return f"{case['workload']} " + " ".join(f"{k}{v}" for k, v in case["shape"].items() if k != "T")
+    """'gather_mm M64 K4096 N4096': a reference case as the anchors name it (a gather's table rows T left out;
+    the MoE's T is its tokens, kept)."""
+    keep = case["workload"] != "gather_mm"
+    return f"{case['workload']} " + " ".join(f"{k}{v}" for k, v in case["shape"].items() if k != "T" or keep)
 
 
 def list_workloads() -> list[str]:

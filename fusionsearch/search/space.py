@@ -329,7 +329,8 @@ def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, 
 def seed_plans(space: Space) -> list[dict[str, str]]:
     """Parameters of the plans every study starts from: all unfused, and the heuristic (epilogues fused,
     prologues by the bytes rule), each with the default and the first two known-good tile configs; where the
-    space offers the library, also all unfused with every matmul in it (what eager PyTorch runs)."""
+    space offers the library, also all unfused with every matmul in it (what eager PyTorch runs); where it
+    offers other matmul kinds, the heuristic on their first choices."""
     g = space.graph
     fused = fused_decisions(g, prologue_bytes_ok)
     seeds = [space.params_for({}), space.params_for(fused)]
@@ -342,4 +343,9 @@ def seed_plans(space: Space) -> list[dict[str, str]]:
         seeds += [space.params_for(fused, configs), space.params_for({}, configs)]
     if space.library:
         seeds.append(space.params_for({}, library=True))
+    # The heuristic with every matmul that another matmul kind accepts (the decode kind: M <= 16) on that kind's
+    # first choice (its known-good config first).
+    other = {f"mm{i}.config": space._others(i)[0][0] for i in range(len(space.matmuls)) if space._others(i)}
+    if other:
+        seeds.append({**space.params_for(fused), **other})
     return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]

@@ -30,9 +30,10 @@ from hypothesis import strategies as st
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph, contiguous_strides
 from fusionsearch.graph.reference import random_inputs, reference
+from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
 from fusionsearch.measure import validate
 from fusionsearch.measure.validate import TOLERANCE, rel_error
-from fusionsearch.plan import Plan, TemplateKernel, TileConfig, problem, template_operands
+from fusionsearch.plan import FusedMatmulKernel, Plan, TemplateKernel, TileConfig, problem, template_operands
 from fusionsearch.search.space import Space, enumerate_space
 
 MAX_DIM = 48  # M and N in 1..MAX_DIM: 1 and non-multiples of every block size included
@@ -585,6 +586,17 @@ split_k_configs = st.builds(  # short K tiles, so that the K loop really is spli
 )
 
 
+decode_configs = st.builds(  # the decode kind's forms on blocks about the problem's size, split-K on short K steps
+    DecodeConfig,
+    block_n=st.sampled_from([16, 32, 64]),
+    block_k=st.sampled_from([8, 16, 32]),
+    split_k=st.sampled_from([1, 2, 3, 8]),
+    num_warps=st.sampled_from([2, 4]),
+    num_stages=st.sampled_from([1, 2, 3]),
+    product=st.sampled_from(["dot", "dot_t", "fma"]),
+).filter(lambda c: c.product == "fma" or c.block_k >= 16)
+
+
 def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConfig, ...], ...], dict[str, str]]:
     """A plan the search can produce: one option per group, one config per matmul (a candidate of the space
     or one built here, added to the space's candidates), through `Space.plan`."""
@@ -592,15 +604,24 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
     params: dict[str, str] = {}
     for grp in space.groups:
         params[f"{grp.key}.fusion"] = draw(st.sampled_from(grp.options))
-    configs = []
-    chosen = {}
+    configs, others = [], []
+    chosen: dict[str, TileConfig | DecodeConfig] = {}
     for i, mm in enumerate(space.matmuls):
-        cfg = draw(st.one_of(st.sampled_from(space.configs[i]), tile_configs, split_k_configs))
-        configs.append(space.configs[i] if cfg in space.configs[i] else (*space.configs[i], cfg))
+        offered = space.others[i] if space.others else ()
+        decode = [label for label, kind in offered if kind == "decode"]
+        cfg: TileConfig | DecodeConfig
+        if decode and draw(st.integers(0, 2)) == 0:  # a third of the matmuls the decode kind may run
+            cfg = draw(st.one_of(st.sampled_from(decode).map(DecodeConfig.from_short), decode_configs))
+            others.append(offered if cfg.short() in decode else (*offered, (cfg.short(), "decode")))
+            configs.append(space.configs[i])
+        else:
+            cfg = draw(st.one_of(st.sampled_from(space.configs[i]), tile_configs, split_k_configs))
+            configs.append(space.configs[i] if cfg in space.configs[i] else (*space.configs[i], cfg))
+            others.append(offered)
         params[f"mm{i}.config"] = cfg.short()
         chosen[mm] = cfg
     candidates = space.configs
-    space = replace(space, configs=tuple(configs))
+    space = replace(space, configs=tuple(configs), others=tuple(others) if any(others) else ())
     try:
         plan = space.plan(params)
     except PlanError:
@@ -608,7 +629,7 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
         assume(False)
         raise
     for k in plan.kernels:  # Space.plan must not fall back silently to another config
-        if isinstance(k, TemplateKernel):
+        if isinstance(k, FusedMatmulKernel):
             assert k.config == chosen[k.matmul], (k.config, chosen[k.matmul])
     return plan, space, candidates, params
 
@@ -670,6 +691,10 @@ def _record(g: OpGraph, plan: Plan, space: Space, candidates: tuple[tuple[TileCo
             STATS["group with one legal option (standalone)"] += 1
     for k in plan.kernels:
         STATS[f"kernel {k.kind}"] += 1
+        if isinstance(k, DecodeKernel):
+            note(f"decode kernel, {k.config.product}")
+            if k.prologue_a or k.prologue_b or k.epilogue:
+                STATS["decode kernel with a fused node"] += 1
         if not isinstance(k, TemplateKernel):
             continue
         node = g.node(k.matmul)
@@ -731,6 +756,7 @@ def test_enough_graphs_were_validated() -> None:
         pytest.skip("the property test did not run in this session")
     print("\n".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
     assert STATS["graphs validated"] >= MIN_VALIDATED
+    assert min(STATS[f"decode kernel, {form}"] for form in ("dot", "dot_t", "fma")) >= 5
 
 
 # ---- the failures this test found, pinned as minimal graphs -------------------------------------------

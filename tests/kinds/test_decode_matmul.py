@@ -1,0 +1,133 @@
+"""The decode matmul kind (issue 27): every inner-product form, in fp32 and fp16, on even and uneven sizes, with
+each prologue the issue lists (int8 and int4-group dequant of the weight, a cast and a scale of the
+activations, a row gather) and an epilogue (bias + GELU), for mm, linear and bmm, against float64 in Triton's
+interpreter; its configs, legality and JSON; the search offers it only where M <= 16."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.errors import PlanError
+from fusionsearch.graph.tolerance import output_tolerances, rel_error
+from fusionsearch.kinds import get
+from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
+from fusionsearch.kinds.decode_matmul.configs import decode_candidates
+from fusionsearch.plan import FusedMatmulKernel, Plan
+from fusionsearch.search.space import enumerate_space
+
+CASES = [("w8_dequant_mm", {"M": 1, "K": 128, "N": 64}),
+         ("w8_dequant_mm", {"M": 5, "K": 100, "N": 72}),  # nothing divides the blocks
+         ("w4_dequant_mm", {"M": 3, "K": 96, "N": 40, "G": 16}),
+         ("cast_mm", {"M": 16, "K": 64, "N": 48}),
+         ("scale_mm", {"M": 7, "K": 80, "N": 33}),
+         ("gather_mm", {"M": 9, "K": 64, "N": 40, "T": 30}),
+         ("mm_bias_gelu", {"M": 2, "K": 72, "N": 50}),
+         ("moe_ffn", {"T": 2, "D": 48, "H": 40, "E": 3})]  # three bmms of one row per batch, gathers in B
+CONFIGS = [DecodeConfig(32, 16, 1, 4, 2, "dot"), DecodeConfig(16, 32, 3, 4, 3, "dot_t"),
+           DecodeConfig(64, 8, 4, 4, 2, "fma")]
+
+
+def decode_plan(plan: Plan, cfg: DecodeConfig) -> Plan:
+    """`plan` with every fused matmul run by the decode kind on `cfg`, its fused nodes as they were."""
+    kernels = tuple(DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
+                    if isinstance(k, FusedMatmulKernel) else k for k in plan.kernels)
+    return dataclasses.replace(plan, kernels=kernels).check()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.product)
+@pytest.mark.parametrize(("name", "shape"), CASES, ids=[f"{n}-{'-'.join(map(str, s.values()))}" for n, s in CASES])
+def test_fully_fused_decode_plans_match_float64(name: str, shape: dict[str, int], cfg: DecodeConfig,
+                                                dtype: torch.dtype) -> None:
+    g = fs.workload(name, dtype=dtype, **shape)
+    plan = decode_plan(P.fully_fused(g), cfg)
+    assert any(k.kind == "decode" and (k.prologue_a or k.prologue_b or k.epilogue) for k in plan.kernels) or \
+        name == "cast_mm" and dtype == torch.float32  # fp32 cast_mm has no cast node to fuse
+    inputs = fs.random_inputs(g, seed=3)
+    refs = fs.reference(g, inputs, float64=True)
+    out = fs.compile_plan(plan)(*inputs)
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    for o, ref, tol in zip(outs, refs, output_tolerances(g), strict=True):
+        assert o.dtype == dtype and rel_error(o, ref) <= tol, rel_error(o, ref)
+    assert fs.measure.validate(plan, g, inputs).ok
+
+
+def test_a_linear_over_a_3d_input_and_an_unfused_decode_kernel() -> None:
+    x, w, b = torch.randn(2, 3, 40), torch.randn(24, 40), torch.randn(24)
+    g = fs.capture(lambda x, w, b: torch.nn.functional.linear(x, w, b).relu(), x, w, b)
+    for cfg in CONFIGS:
+        for base in (P.unfused(g), P.fully_fused(g)):
+            plan = decode_plan(base, cfg)
+            (out,) = fs.compile_plan(plan)(x, w, b)
+            ref = torch.nn.functional.linear(x.double(), w.double(), b.double()).relu()
+            assert rel_error(out, ref) <= 1e-5, (cfg.product, rel_error(out, ref))
+
+
+def test_the_serial_split_k_counters_are_reset_for_the_next_call() -> None:
+    g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=4, K=128, N=32)
+    run = fs.compile_plan(decode_plan(P.fully_fused(g), DecodeConfig(16, 16, 8, 4, 2, "dot")))
+    for seed in (0, 1, 2):
+        inputs = fs.random_inputs(g, seed=seed)
+        (ref,) = fs.reference(g, inputs, float64=True)
+        (out,) = run(*inputs)
+        assert rel_error(out, ref) <= 1e-5
+
+
+def test_config_bounds_labels_and_json() -> None:
+    cfg = DecodeConfig(128, 64, 8, 8, 4, "fma")
+    assert DecodeConfig.from_short(cfg.short()) == cfg and cfg.block_m(3) == 4 and cfg.block_m(1) == 1
+    assert DecodeConfig(product="dot").block_m(1) == 16 and DecodeConfig(product="dot_t").block_m(9) == 16
+    for bad, match in (({"product": "wmma"}, "product must be one of"), ({"block_n": 48}, "power of two"),
+                       ({"block_k": 8}, "block_k at least 16"), ({"split_k": 0}, "positive integer"),
+                       ({"num_stages": 9}, "at most 8"), ({"block_n": 2048}, "at most 1024")):
+        with pytest.raises(PlanError, match=match):
+            DecodeConfig(**bad)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="not a decode config label"):
+        DecodeConfig.from_short("64x64x64 g8 sk1 w4 s3")
+    g = fs.workload("w8_dequant_mm", dtype=torch.float32, M=4, K=64, N=32)
+    plan = decode_plan(P.fully_fused(g), cfg)
+    again = Plan.from_json(plan.to_json(), g)
+    assert again == plan and again.kernels[0].config == cfg
+
+
+def test_more_than_16_rows_is_refused_with_the_way_out() -> None:
+    g = fs.workload("w8_dequant_mm", dtype=torch.float32, M=17, K=64, N=32)
+    with pytest.raises(PlanError, match="at most 16 rows.*run it as a template"):
+        decode_plan(P.fully_fused(g), DecodeConfig())
+
+
+def test_the_space_offers_decode_choices_only_for_small_m_and_builds_their_plans() -> None:
+    small = fs.workload("w8_dequant_mm", dtype=torch.float32, M=8, K=512, N=256)
+    space = enumerate_space(small, max_configs=12)
+    labels = [label for label in space.parameter_choices()["mm0.config"] if label.startswith("decode ")]
+    assert labels and len(labels) <= 12 and not any(" fma " in label for label in labels)  # fma: M <= 4 only
+    params = {name: choices[-1] for name, choices in space.parameter_choices().items()}
+    params["mm0.config"] = labels[0]
+    plan = space.plan(params)
+    assert [k.kind for k in plan.kernels if k.kind in ("decode", "template")] == ["decode"]
+    tiny = fs.workload("w8_dequant_mm", dtype=torch.float32, M=1, K=512, N=256)
+    assert any(" fma " in c.short() for c in decode_candidates(tiny, "y", 48))
+    big = fs.workload("w8_dequant_mm", dtype=torch.float32, M=17, K=512, N=256)
+    assert not any(label.startswith("decode ") for label in enumerate_space(big).parameter_choices()["mm0.config"])
+
+
+def test_estimate_reads_the_weight_once_and_features_name_the_form() -> None:
+    from fusionsearch.costmodel import H200, estimate
+    from fusionsearch.costmodel.features import plan_features
+
+    g = fs.workload("w8_dequant_mm", M=16, K=8192, N=8192)
+    template = P.fully_fused(g)
+    decode = decode_plan(template, DecodeConfig(128, 256, 8, 4, 4, "dot_t"))
+    (d,), (t,) = estimate(decode, H200).per_kernel, estimate(template, H200).per_kernel
+    weight = g.node("w").nbytes
+    assert weight <= d.bytes_read < 1.05 * weight + 16 * 8192 * 4 * 8  # once, plus x and the workspace
+    assert t.bytes_read >= d.bytes_read - 16 * 8192 * 4 * 8  # the template reads at least as much
+    (f,) = plan_features(decode, H200)
+    assert (f["kind_decode"], f["decode_dot_t"], f["decode_fma"], f["kind_template"]) == (1.0, 1.0, 0.0, 0.0)
+    assert f["block_m"] == 16 and f["block_n"] == 128 and f["split_k"] == 8
+    assert get("decode").accepts(g, "y")
