@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,7 @@ def test_search_prints_the_explanation(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(SEARCH) == 0
     out = capsys.readouterr().out
     assert out.startswith("searching mm_bias_gelu") and "\nbest plan:" in out
-    assert "kernel 0: template mm y" in out and "epilogue: y_bias, out fused" in out
+    assert re.search(r"kernel 0: (template|decode) mm y", out) and "epilogue: y_bias, out fused" in out
     assert "trials: 6 (" in out
 
 
@@ -228,7 +229,8 @@ def test_explain_json_holds_what_the_text_says(searched: Path, capsys: pytest.Ca
     assert facts["plan"] == json.loads(plan.to_json()) and facts["graph"] == g.signature_hash()
     assert facts["analytic_us"] == pytest.approx(est.time_us) and facts["learned_us"] is None
     (k,) = facts["kernels"]
-    assert (k["kind"], k["matmul"], k["op"], k["epilogue"]) == ("template", "y", "mm", ["y_bias", "out"])
+    assert k["kind"] in ("template", "decode")  # M = 16: the decode kind may run it
+    assert (k["matmul"], k["op"], k["epilogue"]) == ("y", "mm", ["y_bias", "out"])
     assert (k["bytes_read"], k["bytes_written"], k["flops"]) == (est.per_kernel[0].bytes_read,
                                                                  est.per_kernel[0].bytes_written,
                                                                  est.per_kernel[0].flops)

@@ -20,7 +20,6 @@ FUNCTIONS = {  # over 80 lines, and why
     "fusionsearch/cli.py:build_parser": "every subcommand's arguments in one place, argparse's idiom",
     "fusionsearch/codegen/module.py:generate_module": "assembles run() and steps() line by line; issue 26 moves "
                                                       "the launch lines into the kernel kinds",
-    "fusionsearch/kinds/matmul_template/source.py:generate_template": "the matmul template's source, in program order",
 }
 
 

@@ -30,6 +30,7 @@ from fusionsearch.plan.resources import KernelResources
 __all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_resources", "resources_pool",
            "sass_figures"]
 
+MATMUL_KINDS = ("template", "decode")  # kinds whose kernels are compiled for their features (compiled_features)
 # Triton's pointer element types by torch dtype.
 _POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
             torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
@@ -38,13 +39,14 @@ _POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"
 
 def plan_resources(plan: Any, arch: int = 90, **options: Any) -> list[KernelResources | None]:
     """KernelResources of each kernel of `plan` compiled for CUDA compute capability `arch` (90: H100/H200),
-    with codegen `options`; None for kernels that are not templates (pointwise and extern kernels)."""
+    with codegen `options`; None for kernels that are not fused matmuls (template or decode kernels)."""
     if _interpreting():
         return _in_subprocess(plan, arch, options)
     generated = generate_module(plan, **options)
-    # One generated template kernel per template step (a two-kernel split-K's reduce kernel is not one).
-    templates = iter(gk for gk in generated.kernels if "# fusionsearch template kernel" in gk.source)
-    return [kernel_resources(plan.graph, next(templates), generated.source, arch) if k.kind == "template" else None
+    # One generated matmul kernel per template or decode step (a two-kernel split-K's reduce kernel is not one).
+    matmuls = iter(gk for gk in generated.kernels
+                   if "# fusionsearch template kernel" in gk.source or "# fusionsearch decode kernel" in gk.source)
+    return [kernel_resources(plan.graph, next(matmuls), generated.source, arch) if k.kind in MATMUL_KINDS else None
             for k in plan.kernels]
 
 

@@ -244,8 +244,10 @@ def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None],
 def library_rows(X: np.ndarray) -> np.ndarray:
     """Which rows are library matmuls (LibraryKernel): schema v3 has no kind bit for them, since no measured
     dataset holds one, so all their kind bits are zero and the learned model prices them by the analytic
-    model's library figure (ANALYTIC_FEATURE) instead of by its own."""
-    kinds = [FEATURE_NAMES.index(f"kind_{kind}") for kind in ("template", "pointwise", "extern")]
+    model's library figure (ANALYTIC_FEATURE) instead of by its own. (Decode kernels have a bit, and share the
+    template's features on their own blocks: until measured rows of them exist, the trees, which never split
+    on that bit, price them as the template of the same blocks.)"""
+    kinds = [FEATURE_NAMES.index(f"kind_{kind}") for kind in ("template", "pointwise", "extern", "decode")]
     return ~X[:, kinds].any(axis=1)
 
 

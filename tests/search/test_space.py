@@ -48,7 +48,9 @@ def space(request: pytest.FixtureRequest) -> Space:
 def test_every_builtin_workload_has_a_fusion_group_and_a_matmul(space: Space) -> None:
     assert space.groups and space.matmuls
     assert all(grp.options[0] == STANDALONE for grp in space.groups)
-    assert space.size() == math.prod(len(g.options) for g in space.groups) * math.prod(len(c) for c in space.configs)
+    others = space.others or ((),) * len(space.matmuls)  # the decode kind's choices, where M <= 16
+    assert space.size() == math.prod(len(g.options) for g in space.groups) * math.prod(
+        len(c) + len(o) for c, o in zip(space.configs, others, strict=True))
 
 
 def test_every_group_option_builds_a_legal_plan_that_applies_it(space: Space) -> None:
@@ -158,7 +160,8 @@ def test_seed_plans_reproduce_the_unfused_and_heuristic_plans(space: Space, requ
         for grp in space.groups:
             assert s[f"{grp.key}.fusion"] in grp.options
         for i, cfgs in enumerate(space.configs):
-            assert s[f"mm{i}.config"] in {c.short() for c in cfgs}
+            others = {label for label, _ in space.others[i]} if space.others else set()
+            assert s[f"mm{i}.config"] in {c.short() for c in cfgs} | others
     signatures = [_signature(space.plan(s).check()) for s in seeds]
     for ref in (P.unfused(g), P.heuristic(g)):
         assert _signature(ref) in signatures, f"no seed reproduces\n{ref.describe()}"

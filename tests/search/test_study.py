@@ -21,7 +21,7 @@ import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.errors import FusionSearchError, SpecError
 from fusionsearch.graph.shrink import shrink
-from fusionsearch.plan import Plan, PointwiseKernel, TemplateKernel
+from fusionsearch.plan import FusedMatmulKernel, Plan, PointwiseKernel
 from fusionsearch.search import identity as I
 from fusionsearch.search import samplers
 from fusionsearch.search import storage as storage_module
@@ -52,8 +52,9 @@ def test_small_shapes_cover_every_builtin_workload() -> None:
     assert set(SMALL) == set(fs.list_workloads())
 
 
-def _template(plan: Plan, mm: str) -> TemplateKernel:
-    (k,) = [k for k in plan.kernels if isinstance(k, TemplateKernel) and k.matmul == mm]
+def _template(plan: Plan, mm: str) -> FusedMatmulKernel:
+    """The kernel that runs matmul `mm` with its fused nodes (the template, or the decode kind at M <= 16)."""
+    (k,) = [k for k in plan.kernels if isinstance(k, FusedMatmulKernel) and k.matmul == mm]
     return k
 
 
@@ -238,10 +239,10 @@ def test_brute_force_short_of_exhausting_tries_distinct_combinations() -> None:
 def test_max_configs_gives_the_study_a_small_space() -> None:
     g = _small_space_graph()
     res = run_study(g, SearchOptions(trials=4, backend="model", max_configs=5, library=False))
-    assert all(len(c) == 5 for c in res.space.configs)
-    assert res.space.size() == 2 * 5
+    assert all(len(c) == 5 for c in res.space.configs) and all(len(o) == 5 for o in res.space.others)
+    assert res.space.size() == 2 * (5 + 5)  # tile configs and (M = 16) decode configs
     res = run_study(g, SearchOptions(trials=4, backend="model", max_configs=5))  # and PyTorch's matmul
-    assert res.space.size() == 2 * 6
+    assert res.space.size() == 2 * (5 + 1 + 5)
 
 
 # ---- workers on shared storage -----------------------------------------------------------------
@@ -862,8 +863,9 @@ def _pointwise_graph() -> fs.OpGraph:
 
 
 def _lone_mm() -> fs.OpGraph:
+    """One matmul of 17 rows: more than the decode kind takes, so only tile configs (and the library)."""
     g = fs.OpGraph()
-    g.set_outputs([g.add("mm", [g.input("a", [16, 64], "float32"), g.input("b", [64, 32], "float32")])])
+    g.set_outputs([g.add("mm", [g.input("a", [17, 64], "float32"), g.input("b", [64, 32], "float32")])])
     return g
 
 
