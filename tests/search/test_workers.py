@@ -66,9 +66,10 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, kind: str, capl
     """The first worker seen running a trial is SIGKILLed: that trial is failed (a stale heartbeat; a journal
     trial's owner gone) and laid out again, every slot still finishes, and the search reports how the worker
     ended."""
-    g = fs.workload("mm_bias_gelu", M=16, K=64, N=64, dtype=torch.float32)
+    g = fs.workload("mm_bias_gelu", M=17, K=64, N=64, dtype=torch.float32)
     url = f"sqlite:///{tmp_path / 'study.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'study.log'}"
-    # Triton templates only: a library matmul's trial validates in milliseconds, too short to be caught running
+    # Triton templates only (17 rows: more than the decode kind takes): a library matmul's trial validates in
+    # milliseconds, too short to be caught running
     opts = SearchOptions(trials=32, backend="interpret", workers=2, storage=url, study_name="kill", heartbeat_s=1,
                          cost_model="analytic", library=False)
     killed: list[str] = []
