@@ -35,6 +35,7 @@ from fusionsearch.plan.matmul import problem
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import add_out, case_indices, floor_us, md_table, out_file, run_facts, write_json  # noqa: E402
+from benchmarks.tile_sweep_gpu import cublas_us  # noqa: E402
 
 CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}),
          ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}),
@@ -81,13 +82,6 @@ def copy_us(nbytes: int) -> float:
     src = torch.empty(max(1, nbytes // 4), dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     return time_callable(lambda: dst.copy_(src)).median_us
-
-
-def cublas_us(g: fs.OpGraph, mm: str) -> float:
-    p = problem(g, mm)
-    a = torch.randn(p.m, p.k, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(p.k, p.n, dtype=torch.bfloat16, device="cuda")
-    return time_callable(lambda: torch.mm(a, b)).median_us
 
 
 def main() -> None:
