@@ -24,13 +24,13 @@ from fusionsearch import settings
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.kinds import compiled_kinds
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.plan.resources import KernelResources
 
 __all__ = ["KernelResources", "kernel_resources", "many_plan_resources", "plan_resources", "resources_pool",
            "sass_figures"]
 
-MATMUL_KINDS = ("template", "decode")  # kinds whose kernels are compiled for their features (compiled_features)
 # Triton's pointer element types by torch dtype.
 _POINTEE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
             torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
@@ -44,9 +44,10 @@ def plan_resources(plan: Any, arch: int = 90, **options: Any) -> list[KernelReso
         return _in_subprocess(plan, arch, options)
     generated = generate_module(plan, **options)
     # One generated matmul kernel per template or decode step (a two-kernel split-K's reduce kernel is not one).
-    matmuls = iter(gk for gk in generated.kernels
-                   if "# fusionsearch template kernel" in gk.source or "# fusionsearch decode kernel" in gk.source)
-    return [kernel_resources(plan.graph, next(matmuls), generated.source, arch) if k.kind in MATMUL_KINDS else None
+    compiled = compiled_kinds()
+    heads = tuple(f"# fusionsearch {name} kernel" for name in compiled)
+    matmuls = iter(gk for gk in generated.kernels if any(head in gk.source for head in heads))
+    return [kernel_resources(plan.graph, next(matmuls), generated.source, arch) if k.kind in compiled else None
             for k in plan.kernels]
 
 

@@ -18,7 +18,8 @@ from fusionsearch.kinds.matmul_template import TEMPLATE
 from fusionsearch.kinds.pointwise import POINTWISE
 from fusionsearch.plan.kernels import KernelValue, register_kernel_type, unregister_kernel_type
 
-__all__ = ["BUILTIN", "KernelCode", "KernelEstimate", "KernelKind", "MatmulKind", "ModuleContext", "all_kinds", "get",
+__all__ = ["BUILTIN", "KernelCode", "KernelEstimate", "KernelKind", "MatmulKind", "ModuleContext", "all_kinds",
+           "compiled_kinds", "get",
            "kind_of", "matmul_kinds", "register", "registered", "unregister"]
 
 _KINDS: dict[str, KernelKind] = {}
@@ -68,6 +69,12 @@ def kind_of(kernel: KernelValue) -> KernelKind:
 def matmul_kinds() -> tuple[MatmulKind, ...]:
     """The registered kinds that can run a matmul, in registration order (the built-in template first)."""
     return tuple(k for k in _KINDS.values() if isinstance(k, MatmulKind))
+
+
+def compiled_kinds() -> tuple[str, ...]:
+    """Names of the registered kinds whose features include what their compiled kernel uses (each generates one
+    kernel headed '# fusionsearch <name> kernel' per plan kernel; codegen/resources.py compiles it)."""
+    return tuple(name for name, k in _KINDS.items() if getattr(k, "compiled_features", False))
 
 
 def all_kinds() -> tuple[KernelKind, ...]:

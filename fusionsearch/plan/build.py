@@ -20,7 +20,7 @@ from fusionsearch.plan.kernels import (
 )
 from fusionsearch.plan.legality import FUSABLE, template_operands
 from fusionsearch.plan.plan import Plan
-from fusionsearch.plan.tile import TileConfig
+from fusionsearch.plan.tile import TileConfig, padded_block
 
 Decision = tuple[str, ...]  # ("standalone",) | ("epilogue", mm) | ("prologue", mm, "A"|"B") | ("group", gid)
 
@@ -117,7 +117,7 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
     k = g.node(template_operands(g, mm)["A"]).shape[-1]
     if m >= 1024 and n >= 1024:
         elem = g.node(template_operands(g, mm)["A"]).nbytes // max(1, g.node(template_operands(g, mm)["A"]).numel)
-        bk = min(64 if elem <= 2 else 32, _padded(k))
+        bk = min(64 if elem <= 2 else 32, padded_block(k))
         return TileConfig(block_m=128, block_n=128, block_k=bk, group_m=8, split_k=1, num_warps=8, num_stages=3)
     bm = 16 if m <= 16 else 32 if m <= 32 else 64 if m <= 64 else 128
     bn = 64 if n <= 64 else 128
@@ -127,7 +127,7 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
     split = 1
     while tiles * split * 2 <= 2 * multiprocessors and split * 2 <= max(1, k_tiles // 4) and split < 16:
         split *= 2
-    bn, bk = min(bn, _padded(n)), min(bk, _padded(k))
+    bn, bk = min(bn, padded_block(n)), min(bk, padded_block(k))
     k_tiles = math.ceil(k / bk)
     split = min(split, max(1, k_tiles // 2))
     stages = 4
@@ -140,9 +140,4 @@ def default_config(g: OpGraph, mm: str, multiprocessors: int = 132) -> TileConfi
 
 
 _SMEM_BUDGET = 200 * 1024  # bytes of shared memory a default config may use (H100/H200 allow 227 KiB)
-
-
-def _padded(v: int) -> int:
-    """The size rounded up to a power of two, at least 16 (tl.dot's minimum block)."""
-    return max(16, 1 << (max(v, 1) - 1).bit_length())
 

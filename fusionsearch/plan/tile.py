@@ -19,6 +19,12 @@ MAX_WARPS, MAX_STAGES, MAX_GROUP_M, MAX_SPLIT_K = 16, 8, 64, 64
 MAX_SHARED_MEMORY_BYTES = 232448
 
 
+def padded_block(v: int) -> int:
+    """A size rounded up to a power of two, at least MIN_BLOCK (tl.dot's minimum): the largest block worth trying
+    for it."""
+    return max(MIN_BLOCK, 1 << (max(v, 1) - 1).bit_length())
+
+
 @dataclass(frozen=True)
 class TileConfig:
     """One matmul tile configuration (a hashable value, like triton.Config)."""

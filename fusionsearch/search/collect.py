@@ -19,6 +19,7 @@ import torch
 
 from fusionsearch.datasets.measurements import append_rows, check_appendable, read_rows, rows_for_fp32_dot
 from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
+from fusionsearch.kinds import compiled_kinds
 from fusionsearch.measure.bench import kernel_times
 from fusionsearch.plan import FP32_DOT
 
@@ -167,7 +168,8 @@ def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | No
     rows = read_rows(in_path)
     if not rows:
         raise FusionSearchError(f"{in_path}: no dataset rows in it (not a file `costmodel collect` wrote?)")
-    plans = {(r["graph_id"], r["plan_id"]): r for r in rows if r.get("kernel_kind") in ("template", "decode")}
+    compiled = compiled_kinds()  # the rows of kernels whose compiled figures are features
+    plans = {(r["graph_id"], r["plan_id"]): r for r in rows if r.get("kernel_kind") in compiled}
     keys = list(plans)
     graphs = {gid: graph_from_dict(plans[(gid, pid)]["graph"]) for gid, pid in keys}
     measured = [Plan.from_dict(plans[k]["plan"], graphs[k[0]], None) for k in keys]  # whatever tile each ran
@@ -178,7 +180,7 @@ def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | No
         res = per_kernel[r["kernel_index"]] if per_kernel is not None else None
         r["resources"] = None if res is None else dataclasses.asdict(res)
         r["schema_version"] = None  # re-featured below, with the resources
-        matmul = r.get("kernel_kind") in ("template", "decode")
+        matmul = r.get("kernel_kind") in compiled
         counts["compiled" if res is not None else "not compiled" if matmul else "other kernels"] += 1
     featured, dropped = recompute_features(rows)
     if dropped:

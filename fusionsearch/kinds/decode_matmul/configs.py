@@ -10,7 +10,7 @@ import math
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds.decode_matmul.kernel import DECODE_MAX_M, DecodeConfig
 from fusionsearch.plan.matmul import problem
-from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES
+from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
 KNOWN_GOOD: tuple[DecodeConfig, ...] = ()  # filled from GPU sweeps (benchmarks/decode_sweep_gpu.py)
@@ -44,15 +44,12 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
     p = problem(g, mm)
     itemsize = 4  # the widest operand: keeps every pipeline inside shared memory whatever the dtypes
 
-    def padded(v: int) -> int:
-        return max(16, 1 << (max(v, 1) - 1).bit_length())
-
     grid: list[DecodeConfig] = []
     for product, (bns, bks, warps_stages) in _GRID.items():
         if product == "fma" and p.m > 4:
             continue
         for bn, bk, (w, s) in itertools.product(bns, bks, warps_stages):
-            if bn > padded(p.n) or bk > padded(p.k):
+            if bn > padded_block(p.n) or bk > padded_block(p.k):
                 continue
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)

@@ -19,6 +19,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     TileShape,
     assemble_kernel,
     finish_tile,
+    k_slices,
     load_operands,
     serial_split_k,
     tile_header,
@@ -50,11 +51,7 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     if min(p.m, p.n, p.k) == 0:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
     cfg, product = tile_shape(g, k), k.config.product
-    if cfg.block_m < p.m:
-        raise CodegenError(f"matmul {k.matmul!r} has {p.m} rows, more than the decode kind's one block")
-    split = max(1, min(cfg.split_k, math.ceil(p.k / cfg.block_k)))
-    k_tiles = math.ceil(math.ceil(p.k / cfg.block_k) / split)
-    even_k = p.k % cfg.block_k == 0 and math.ceil(p.k / cfg.block_k) == k_tiles * split
+    split, k_tiles, even_k = k_slices(p, cfg.block_k, cfg.split_k)
     transposed = product == "dot_t"
     t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
     t_load = MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed)

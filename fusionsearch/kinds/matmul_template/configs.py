@@ -9,7 +9,7 @@ import math
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan.build import default_config
 from fusionsearch.plan.matmul import template_operands
-from fusionsearch.plan.tile import TileConfig
+from fusionsearch.plan.tile import TileConfig, padded_block
 
 # Configs that won the H200 sweeps of benchmarks/plans_gpu.py (bf16): always candidates, and seeded.
 # Small M: the first three from the search's runs; the rest the best of benchmarks/tile_sweep_gpu.py on the
@@ -38,11 +38,9 @@ def config_candidates(g: OpGraph, mm: str, fits: object = None, limit: int = 48)
     known = [c for c in known_good(g, mm) if fits is None or fits(g, mm, c)]  # type: ignore[operator]
     out = [default, *known]
 
-    def padded(v: int) -> int:
-        return max(16, 1 << (max(v, 1) - 1).bit_length())
-
     for bm, bn, bk, sk, (w, s) in itertools.product(bms, bns, bks, splits, warps_stages):
-        if bm > padded(m) or bn > padded(n) or bk > padded(k) or sk > max(1, math.ceil(k / bk) // 2):
+        if (bm > padded_block(m) or bn > padded_block(n) or bk > padded_block(k)
+                or sk > max(1, math.ceil(k / bk) // 2)):
             continue
         cfg = TileConfig(bm, bn, bk, 8, sk, w, s)
         if cfg in out or (fits is not None and not fits(g, mm, cfg)):  # type: ignore[operator]

@@ -17,6 +17,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     MatmulTile,
     assemble_kernel,
     finish_tile,
+    k_slices,
     load_operands,
     operand_index,
     tile_header,
@@ -60,9 +61,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
-    split = max(1, min(cfg.split_k, math.ceil(p.k / cfg.block_k)))
-    k_tiles = math.ceil(math.ceil(p.k / cfg.block_k) / split)
-    even_k = p.k % cfg.block_k == 0 and math.ceil(p.k / cfg.block_k) == k_tiles * split
+    split, k_tiles, even_k = k_slices(p, cfg.block_k, cfg.split_k)
     t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
     names = NameGen()
     buffers = Buffers(g)

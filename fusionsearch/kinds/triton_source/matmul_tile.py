@@ -40,6 +40,15 @@ class TileShape:
     num_stages: int = 3
 
 
+def k_slices(p: Problem, block_k: int, split_k: int) -> tuple[int, int, bool]:
+    """How the K loop is cut: the splits actually run (at most one a K block), K blocks per split, and whether
+    every split's K blocks lie wholly inside K (no mask on K needed)."""
+    blocks = math.ceil(p.k / block_k)
+    split = max(1, min(split_k, blocks))
+    per_split = math.ceil(blocks / split)
+    return split, per_split, p.k % block_k == 0 and blocks == per_split * split
+
+
 class MatmulTile:
     """The tile's index components for A, B and the output, masks dropped where the size divides evenly."""
 
