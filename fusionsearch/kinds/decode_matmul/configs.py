@@ -13,7 +13,16 @@ from fusionsearch.plan.matmul import problem
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
-KNOWN_GOOD: tuple[DecodeConfig, ...] = ()  # filled from GPU sweeps (benchmarks/decode_sweep_gpu.py)
+# The fastest of benchmarks/decode_sweep_gpu.py's grid (H100, benchmarks/results/h100-2026-12-05-decode-sweep):
+# fma at one row of w8 (1.65x the floor), dot_t / dot n64 k128 at 4 and 16 rows and for int4, split 8 for a
+# K of 4096 (mm_bias_gelu).
+KNOWN_GOOD: tuple[DecodeConfig, ...] = (
+    DecodeConfig(256, 16, 16, 8, 4, "fma"),
+    DecodeConfig(128, 32, 16, 4, 3, "fma"),
+    DecodeConfig(64, 128, 4, 4, 3, "dot_t"),
+    DecodeConfig(64, 128, 4, 4, 3, "dot"),
+    DecodeConfig(64, 128, 8, 4, 3, "dot"),
+)
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
     "dot_t": ((64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),

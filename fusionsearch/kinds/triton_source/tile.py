@@ -271,6 +271,13 @@ def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx,
     """Row-major reshape as an index map: linearise the output index, split it over the source dims."""
     if out == src:
         return index
+    # Dims of equal size at either end map straight through (row-major): only the middle is linearised, so the
+    # index of a kept last dim stays its own (no division by a size that is not a power of two per element, and
+    # a reshape of the rows stays free of the K loop's index).
+    if out and src and out[-1] == src[-1]:
+        return (*_reshape_index(out[:-1], src[:-1], index[:-1]), index[-1])
+    if out and src and out[0] == src[0]:
+        return (index[0], *_reshape_index(out[1:], src[1:], index[1:]))
     # Only the masks of the components the linear index uses: the others (size-1 dims) do not move the load, and
     # a block mask on a scalar pointer (every used component scalar, as pid_b) is refused by tl.load.
     masks = mask_of(tuple(c for size, c in zip(out, index, strict=True) if c.expr != "0" and size != 1))
