@@ -114,13 +114,14 @@ def _semaphores(kernel, count, device):
 _WORKSPACES = {}
 
 
-def _workspace(kernel, numel, device):
-    """A split-K kernel's fp32 partial tiles: allocated once per device and kept, as cuBLAS keeps its workspace
-    (each call overwrites every tile it reads, in stream order), so a call allocates only its outputs. Like the
-    arrival counters, this makes a plan's module not reentrant across concurrent streams."""
+def _workspace(kernel, numel, device, dtype=torch.float32):
+    """A split-K kernel's fp32 partial tiles (or a grouped matmul's int32 routing table): allocated once per
+    device and kept, as cuBLAS keeps its workspace (each call overwrites every entry it reads, in stream order),
+    so a call allocates only its outputs. Like the arrival counters, this makes a plan's module not reentrant
+    across concurrent streams."""
     key = (kernel, device.type, device.index)
     if key not in _WORKSPACES:
-        _WORKSPACES[key] = torch.empty(numel, dtype=torch.float32, device=device)
+        _WORKSPACES[key] = torch.empty(numel, dtype=dtype, device=device)
     return _WORKSPACES[key]
 
 
@@ -319,11 +320,18 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
                 dt = f"torch.{dtype_name(node.dtype)}"
                 body.append(f"    {buf[n]} = _alloc({tuple(node.shape)!r}, {dt}, device, poison)")
                 allocated.add(n)
-        if step[0].workspace:
+        ws = next((gk for gk in step if gk.workspace), None)
+        if ws is not None:
             # Poisoned (validation): a fresh workspace of NaN, so that a partial tile never written cannot read
             # as the previous call's sums; otherwise the kept one.
-            body.append(f"    ws{i} = _alloc(({step[0].workspace},), torch.float32, device, True) if poison else "
-                        f"_workspace({step[0].name!r}, {step[0].workspace}, device)")
+            body.append(f"    ws{i} = _alloc(({ws.workspace},), torch.float32, device, True) if poison else "
+                        f"_workspace({ws.name!r}, {ws.workspace}, device)")
+        table = next((gk for gk in step if gk.routing), None)
+        if table is not None:
+            # Poisoned: a fresh table of int32 max, so that an entry the routing kernel failed to write points
+            # far outside every buffer instead of at a pair of the previous call.
+            body.append(f"    rt{i} = _alloc(({table.routing},), torch.int32, device, True) if poison else "
+                        f"_workspace({table.name + '_routing'!r}, {table.routing}, device, torch.int32)")
         calls: list[str] = []
         for gk in step:
             args = []
@@ -335,6 +343,8 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
                 args.append(f"ws{i}")
             if gk.semaphores:
                 args.append(f"_semaphores({gk.name!r}, {gk.semaphores}, device)")
+            if gk.routing:
+                args.append(f"rt{i}")
             body += [f"    {line}" for line in _launch_lines(gk, args, len(kernels), record=True)]
             calls += _launch_lines(gk, args, len(kernels), record=False)
             kernels.append(gk)

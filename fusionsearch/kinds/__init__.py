@@ -13,6 +13,7 @@ from fusionsearch.kinds.base import KernelCode, KernelKind, MatmulKind, ModuleCo
 from fusionsearch.kinds.counting import KernelEstimate
 from fusionsearch.kinds.decode_matmul import DECODE
 from fusionsearch.kinds.extern import EXTERN
+from fusionsearch.kinds.grouped_matmul import GROUPED
 from fusionsearch.kinds.library import LIBRARY_KIND
 from fusionsearch.kinds.matmul_template import TEMPLATE
 from fusionsearch.kinds.pointwise import POINTWISE
@@ -81,6 +82,6 @@ def all_kinds() -> tuple[KernelKind, ...]:
     return tuple(_KINDS.values())
 
 
-for _kind in (TEMPLATE, POINTWISE, EXTERN, LIBRARY_KIND, DECODE):
+for _kind in (TEMPLATE, POINTWISE, EXTERN, LIBRARY_KIND, DECODE, GROUPED):
     register(_kind)
 BUILTIN = frozenset(_KINDS)

@@ -91,14 +91,14 @@ def _graph() -> OpGraph:
     return fs.capture(lambda x, w: torch.relu(x @ w) * 2.0, torch.randn(24, 40), torch.randn(40, 56))
 
 
-def test_the_five_built_in_kinds_are_registered_and_implement_the_interface() -> None:
-    assert kinds.BUILTIN == {"template", "pointwise", "extern", "library", "decode"}
+def test_the_six_built_in_kinds_are_registered_and_implement_the_interface() -> None:
+    assert kinds.BUILTIN == {"template", "pointwise", "extern", "library", "decode", "grouped"}
     for name in kinds.BUILTIN:
         kind = kinds.get(name)
         assert isinstance(kind, KernelKind) and kind.name == name
         assert not inspect.isabstract(type(kind)), f"{name} leaves abstract methods"
         assert kernel_types()[name] is kind.kernel_type
-    assert {k.name for k in kinds.matmul_kinds()} == {"template", "library", "decode"}
+    assert {k.name for k in kinds.matmul_kinds()} == {"template", "library", "decode", "grouped"}
     with pytest.raises(PlanError):
         kinds.unregister("template")
 

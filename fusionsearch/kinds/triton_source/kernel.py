@@ -24,3 +24,5 @@ class GeneratedKernel:
     num_stages: int = 3
     workspace: int = 0
     semaphores: int = 0  # int32 arrival counters (serial split-K), zero between launches, passed after workspace
+    routing: int = 0  # int32 table the step's first kernel writes and the later ones read (the grouped matmul's
+    # pairs sorted by expert), passed after the semaphores

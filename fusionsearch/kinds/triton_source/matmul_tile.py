@@ -191,16 +191,18 @@ def finish_tile(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source,
 
 def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source, hoist: Source, buffers: Buffers,
                   upcast: bool, even_k: bool, op_dtype: torch.dtype, shapes: dict[str, str],
-                  tiles: dict[str, TileLoads | None] | None = None) -> None:
+                  tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
-    is not a whole number of blocks, zero past K (the prologue may map 0 to something else: exp, +1, ...)."""
+    is not a whole number of blocks, zero past K (the prologue may map 0 to something else: exp, +1, ...).
+    `t_b`: B's index components where they are not A's (the grouped matmul: one expert's weight for a block of
+    pairs from different batches)."""
     ops = template_operands(g, k.matmul)
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
         ev = TileEvaluator(g, set(nodes), buffers, loop, upcast, hoist=hoist, loop_tokens=("idx_k", "mask_k"),
                            tiles=(tiles or {}).get(side))
-        v = ev.value(ops[side], operand_index(g, k.matmul, side, t))
+        v = ev.value(ops[side], operand_index(g, k.matmul, side, t_b if side == "B" and t_b else t))
         var = side.lower()
         operand = convert(v.name, v.dtype, op_dtype)
         if nodes:
@@ -238,15 +240,16 @@ def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Sour
 
 
 def assemble_kernel(name: str, body: Source, buffers: Buffers, grid: tuple[int | str, int, int],
-                    constexprs: dict[str, int], cfg: object, workspace: int = 0, semaphores: int = 0
-                    ) -> GeneratedKernel:
-    """The @triton.jit function around `body`: its tensor parameters, the workspace and arrival counters
-    where it uses them, and its constexprs."""
+                    constexprs: dict[str, int], cfg: object, workspace: int = 0, semaphores: int = 0,
+                    routing: int = 0) -> GeneratedKernel:
+    """The @triton.jit function around `body`: its tensor parameters, the workspace, arrival counters and
+    routing table where it uses them, and its constexprs."""
     params = (buffers.params() + (["ws_ptr"] if workspace else []) + (["sem_ptr"] if semaphores else [])
-              + [f"{c}: tl.constexpr" for c in constexprs])
+              + (["rt_ptr"] if routing else []) + [f"{c}: tl.constexpr" for c in constexprs])
     head = Source(0)
     head.line("@triton.jit")
     head.line(f"def {name}({', '.join(params)}):")
     head.splice(body)
     return GeneratedKernel(name, head.text(), buffers.args, grid, constexprs,
-                           getattr(cfg, "num_warps", 4), getattr(cfg, "num_stages", 3), workspace, semaphores)
+                           getattr(cfg, "num_warps", 4), getattr(cfg, "num_stages", 3), workspace, semaphores,
+                           routing)

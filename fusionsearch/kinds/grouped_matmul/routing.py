@@ -1,0 +1,91 @@
+"""How a batched matmul routes tokens to experts: the mixture-of-experts shape the grouped kind runs.
+
+A bmm computes, per token (or per token-expert pair), one row against expert weights gathered by the router's
+indices: B = transpose(view(table[idx])) with table [E, R, C] (E experts, R output columns, C = K) and
+idx [T, A] (T tokens, each sent to A experts). Two layouts of the pairs occur (gpt-fast's mixtral):
+
+- by token: view [T, A*R, C], so batch t holds its A pairs side by side in N (column a*R + r);
+- by pair: view [T*A, R, C], so batch p = t*A + a is one pair.
+
+Either way pair p = t*A + a writes R contiguous outputs of one expert. Recognised here from the graph alone,
+so the kind accepts exactly the matmuls whose every B column block belongs to one expert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.plan.matmul import template_operands
+
+_GATHERS = ("index", "index_select", "embedding")
+_ROUTER_DTYPES = (torch.int32, torch.int64)
+
+
+@dataclass(frozen=True)
+class ExpertRouting:
+    """The expert structure of one bmm: its gather node, the router tensor (idx), E experts, A choices per
+    token, T tokens, R columns an expert writes per pair, and how many pairs one batch of the bmm holds (A by
+    token, 1 by pair). `chain`: the nodes from the B operand down to the gather, which the kind must fuse."""
+
+    gather: str
+    router: str
+    experts: int
+    top: int
+    tokens: int
+    cols: int
+    pairs_per_batch: int
+    chain: tuple[str, ...]
+
+    @property
+    def pairs(self) -> int:
+        """Token-expert pairs: T*A."""
+        return self.tokens * self.top
+
+    def expected_experts(self) -> float:
+        """Experts touched by T tokens choosing A of E uniformly (what an estimate can know before the router
+        runs): E * (1 - (1 - A/E)^T)."""
+        return self.experts * (1 - (1 - self.top / self.experts) ** self.tokens)
+
+
+def expert_routing(g: OpGraph, mm: str) -> ExpertRouting | None:
+    """The routing of bmm `mm`, or None when it is not a per-token expert matmul: one row (M = 1) per batch,
+    B a view and a last-two-dims transpose of a gather table[idx] (unary pointwise ops, a cast of int8
+    weights say, may sit anywhere on that chain), in one of the two layouts above."""
+    node = g.node(mm)
+    if node.op != "bmm":
+        return None
+    ops = template_operands(g, mm)
+    a, b = g.node(ops["A"]), g.node(ops["B"])
+    if a.shape[1] != 1:
+        return None
+    chain, layouts, n = [], [], ops["B"]
+    while g.node(n).op not in _GATHERS:
+        cur = g.node(n)
+        if len(cur.inputs) != 1 or cur.kind not in ("layout", "pointwise"):
+            return None
+        chain.append(n)
+        if cur.kind == "layout":
+            layouts.append(cur)
+        n = cur.inputs[0]
+    chain.append(n)
+    table, router = (g.node(x) for x in g.node(n).inputs)
+    if len(table.shape) != 3 or len(router.shape) != 2 or router.dtype not in _ROUTER_DTYPES:
+        return None
+    (experts, cols, k), (tokens, top) = table.shape, router.shape
+    if [x.op for x in reversed(layouts)] not in (["view", "transpose"], ["reshape", "transpose"]):
+        return None
+    view, swap = layouts[1], layouts[0]
+    rank = len(swap.shape)
+    if {swap.attrs.get("dim0", 0) % rank, swap.attrs.get("dim1", 1) % rank} != {1, 2} or k != b.shape[1]:
+        return None
+    if tuple(view.shape) == (tokens, top * cols, k):
+        per_batch = top
+    elif tuple(view.shape) == (tokens * top, cols, k):
+        per_batch = 1
+    else:
+        return None
+    if a.shape[0] != b.shape[0]:
+        return None
+    return ExpertRouting(n, router.name, experts, top, tokens, cols, per_batch, tuple(chain))
