@@ -343,9 +343,10 @@ def seed_plans(space: Space) -> list[dict[str, str]]:
         seeds += [space.params_for(fused, configs), space.params_for({}, configs)]
     if space.library:
         seeds.append(space.params_for({}, library=True))
-    # The heuristic with every matmul that another matmul kind accepts (the decode kind: M <= 16) on that kind's
-    # first choice (its known-good config first).
-    other = {f"mm{i}.config": space._others(i)[0][0] for i in range(len(space.matmuls)) if space._others(i)}
-    if other:
+    # Per other matmul kind (decode: M <= 16; grouped: mixture-of-experts bmms), the heuristic with every matmul
+    # that kind accepts on its first choice (its known-good config first).
+    for kind in dict.fromkeys(name for i in range(len(space.matmuls)) for _, name in space._others(i)):
+        other = {f"mm{i}.config": next(label for label, name in space._others(i) if name == kind)
+                 for i in range(len(space.matmuls)) if any(name == kind for _, name in space._others(i))}
         seeds.append({**space.params_for(fused), **other})
     return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]

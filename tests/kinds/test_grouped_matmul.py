@@ -1,0 +1,134 @@
+"""The grouped matmul kind (issue 27): recognising a mixture-of-experts bmm in both pair layouts; the routed
+launch against float64 in Triton's interpreter, in fp32 and fp16, on uneven sizes, with split-K, with several
+blocks an expert, with experts no token chose and negative router indices; each prologue and epilogue the
+issue lists (the token rows as A, the expert-weight gather and an int8 dequant as B, SiLU*up, the gathered
+per-channel scale and the routing weight on the output rows); legality, JSON, and the search's offer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.errors import PlanError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.tolerance import output_tolerances, rel_error
+from fusionsearch.kinds.grouped_matmul import GroupedConfig, GroupedKernel, expert_routing
+from fusionsearch.plan import FusedMatmulKernel, Plan
+from fusionsearch.plan.kernels import PointwiseKernel
+from fusionsearch.search.space import enumerate_space
+
+CONFIGS = [GroupedConfig(16, 16, 16, 1, 4, 2), GroupedConfig(32, 32, 16, 3, 4, 3)]
+
+
+def grouped_plan(plan: Plan, cfg: GroupedConfig) -> Plan:
+    """`plan` with every fused expert bmm run grouped on `cfg`, its fused nodes as they were."""
+    kernels = tuple(GroupedKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
+                    if isinstance(k, FusedMatmulKernel) else k for k in plan.kernels)
+    return dataclasses.replace(plan, kernels=kernels).check()
+
+
+def assert_matches_float64(plan: Plan, g: OpGraph, inputs: list[torch.Tensor]) -> None:
+    refs = fs.reference(g, inputs, float64=True)
+    out = fs.compile_plan(plan)(*inputs)
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    for o, ref, tol in zip(outs, refs, output_tolerances(g), strict=True):
+        assert o.dtype == ref.dtype or ref.dtype == torch.float64
+        assert rel_error(o, ref) <= tol, rel_error(o, ref)
+
+
+def test_the_expert_bmms_of_mixtrals_ffn_are_recognised_in_both_layouts() -> None:
+    g = fs.workload("moe_ffn", T=3, D=24, H=40, E=4, dtype=torch.float32)
+    gate, down = expert_routing(g, "gate"), expert_routing(g, "down")
+    assert gate is not None and (gate.experts, gate.top, gate.tokens, gate.cols, gate.pairs_per_batch) == \
+        (4, 2, 3, 40, 2)
+    assert down is not None and (down.cols, down.pairs_per_batch) == (24, 1)
+    assert set(gate.chain) == {"w1_picked", "w1_flat", "w1_t"} and gate.router == "idx"
+    plain = fs.capture(lambda a, b: torch.bmm(a, b), torch.randn(3, 1, 8), torch.randn(3, 8, 5))
+    assert expert_routing(plain, plain.nodes_of_kind("template")[0]) is None
+    two_rows = fs.capture(lambda a, b: a @ b, torch.randn(2, 8), torch.randn(8, 5))
+    assert expert_routing(two_rows, two_rows.nodes_of_kind("template")[0]) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.short().replace(" ", "-"))
+@pytest.mark.parametrize("tokens", [1, 5, 37])  # 37 tokens: 74 pairs, several blocks an expert
+def test_moe_ffn_grouped_matches_float64(tokens: int, cfg: GroupedConfig, dtype: torch.dtype) -> None:
+    g = fs.workload("moe_ffn", T=tokens, D=24, H=40, E=4, dtype=dtype)  # 24, 40: no block divides them
+    plan = grouped_plan(P.heuristic(g), cfg)
+    grouped = [k for k in plan.kernels if k.kind == "grouped"]
+    assert len(grouped) == 3 and all(k.prologue_b for k in grouped)
+    assert any(k.epilogue for k in grouped)  # SiLU(gate) * up on the gate's output rows
+    assert any(k.prologue_a for k in grouped)  # the token rows
+    inputs = fs.random_inputs(g, seed=tokens)
+    assert_matches_float64(plan, g, inputs)
+    assert fs.measure.validate(plan, g, inputs).ok
+
+
+def test_experts_no_token_chose_and_negative_router_indices() -> None:
+    g = fs.workload("moe_ffn", T=20, D=32, H=48, E=6, dtype=torch.float32)
+    plan = grouped_plan(P.heuristic(g), CONFIGS[0])
+    inputs = fs.random_inputs(g, seed=0)
+    idx = torch.tensor([[0, -6], [5, -1]] * 10)  # experts 0 and 5 only, half of the picks counted from the end
+    inputs[1] = idx
+    assert_matches_float64(plan, g, inputs)
+
+
+def _int8_experts(T: int, D: int, H: int, E: int) -> OpGraph:
+    """gpt-fast's int8 mixtral experts: the int8 weight gathered by index and cast in the matmul's loads, the
+    per-channel scales gathered the same way and applied to the output rows, then the routing weight."""
+    g = OpGraph()
+    x, idx, rw = g.input("x", (T, D), torch.float32), g.input("idx", (T, 2), torch.int64), \
+        g.input("rw", (T, 2), torch.float32)
+    w, s = g.input("w", (E, H, D), torch.int8), g.input("s", (E, H), torch.float32)
+    picked = g.add("index", [w, idx], name="w_picked")
+    wf = g.add("cast", [picked], name="w_float", dtype="float32")
+    wt = g.add("transpose", [g.add("view", [wf], name="w_flat", shape=[T, 2 * H, D])], name="w_t", dim0=1, dim1=2)
+    out = g.add("bmm", [g.add("view", [x], name="x_rows", shape=[T, 1, D]), wt], name="h")
+    scales = g.add("view", [g.add("index", [s, idx], name="s_picked")], name="s_rows", shape=[T, 1, 2 * H])
+    routed = g.add("view", [g.add("unsqueeze", [rw], name="rw_col", dim=2)], name="rw_rows", shape=[T, 1, 2])
+    weight = g.add("view", [g.add("expand", [g.add("view", [routed], name="rw3", shape=[T, 2, 1])], name="rw_x",
+                                  shape=[T, 2, H])], name="rw_wide", shape=[T, 1, 2 * H])
+    y = g.add("mul", [g.add("mul", [out, scales], name="scaled"), weight], name="y")
+    g.set_outputs([y])
+    return g
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.short().replace(" ", "-"))
+def test_int8_dequant_prologue_and_gathered_scale_and_routing_weight_epilogue(cfg: GroupedConfig) -> None:
+    g = _int8_experts(T=6, D=40, H=24, E=5)
+    assert expert_routing(g, "h") is not None
+    kernel = GroupedKernel("h", ("x_rows",), ("w_picked", "w_float", "w_flat", "w_t"), ("scaled", "y"), cfg)
+    sides = (PointwiseKernel(("s_picked", "s_rows")),
+             PointwiseKernel(("rw_col", "rw_rows", "rw3", "rw_x", "rw_wide")))
+    plan = Plan(g, (*sides, kernel)).check()
+    inputs = fs.random_inputs(g, seed=1)
+    assert_matches_float64(plan, g, inputs)
+
+
+def test_legality_and_json() -> None:
+    g = fs.workload("moe_ffn", T=2, D=24, H=40, E=4, dtype=torch.float32)
+    plan = grouped_plan(P.heuristic(g), CONFIGS[1])
+    assert Plan.from_json(plan.to_json(), g) == plan
+    gate = next(k for k in plan.kernels if getattr(k, "matmul", None) == "gate")
+    with pytest.raises(PlanError, match="expert gather"):
+        dataclasses.replace(gate, prologue_b=()).check(g, 0, None)
+    mm = fs.workload("mm_bias_gelu", M=4, K=32, N=16)
+    with pytest.raises(PlanError, match="not a mixture-of-experts"):
+        GroupedKernel(mm.nodes_of_kind("template")[0]).check(mm, 0, None)
+    with pytest.raises(PlanError, match="power of two"):
+        GroupedConfig(block_m=24)
+    with pytest.raises(PlanError, match="not a grouped config label"):
+        GroupedConfig.from_short("grouped m16")
+    assert GroupedConfig.from_short(CONFIGS[1].short()) == CONFIGS[1]
+
+
+def test_the_search_offers_grouped_configs_only_for_expert_bmms() -> None:
+    moe = enumerate_space(fs.workload("moe_ffn", T=16, D=64, H=96, E=8), max_configs=4)
+    for i in range(3):
+        assert any(name == "grouped" for _, name in moe._others(i))
+    mm = enumerate_space(fs.workload("mm_bias_gelu", M=4, K=32, N=16), max_configs=4)
+    assert not any(name == "grouped" for i in range(len(mm.matmuls)) for _, name in mm._others(i))
