@@ -191,6 +191,8 @@ def _signature(g: OpGraph, gk: GeneratedKernel) -> tuple[dict[str, str], dict[st
         signature["ws_ptr"] = "*fp32"
     if gk.semaphores:
         signature["sem_ptr"] = "*i32"
+    if gk.routing:
+        signature["rt_ptr"] = "*i32"
     for name, value in gk.constexprs.items():
         signature[name], constants[name] = "constexpr", value
     return signature, constants, strides

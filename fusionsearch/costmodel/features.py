@@ -29,7 +29,7 @@ from fusionsearch.plan.resources import KernelResources
 __all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
            "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
 
-FEATURE_SCHEMA_VERSION = 5
+FEATURE_SCHEMA_VERSION = 6
 
 # The analytic model's kernel time (µs): the baseline the learned model corrects and is compared against.
 ANALYTIC_FEATURE = "roofline_us"
@@ -47,8 +47,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     ANALYTIC_FEATURE, "memory_us", "compute_us", "waves", "tiles", "tiles_per_sm",
     # the tile config (zeros for pointwise and extern kernels)
     "block_m", "block_n", "block_k", "group_m", "split_k", "num_warps", "num_stages",
-    # kind one-hot (v5: the decode matmul, and its product's form: fp32 FMAs, or the dot with the weight on the left)
-    "kind_template", "kind_pointwise", "kind_extern", "kind_decode", "decode_fma", "decode_dot_t",
+    # kind one-hot (v5: the decode matmul, and its product's form: fp32 FMAs, or the dot with the weight on the left;
+    # v6: the grouped mixture-of-experts matmul)
+    "kind_template", "kind_pointwise", "kind_extern", "kind_decode", "decode_fma", "decode_dot_t", "kind_grouped",
     # fused op counts by region and class
     *(f"{region}_{cls}" for region in _REGIONS for cls in _OP_CLASSES),
     "upcasts",
@@ -247,7 +248,7 @@ def library_rows(X: np.ndarray) -> np.ndarray:
     model's library figure (ANALYTIC_FEATURE) instead of by its own. (Decode kernels have a bit, and share the
     template's features on their own blocks: until measured rows of them exist, the trees, which never split
     on that bit, price them as the template of the same blocks.)"""
-    kinds = [FEATURE_NAMES.index(f"kind_{kind}") for kind in ("template", "pointwise", "extern", "decode")]
+    kinds = [FEATURE_NAMES.index(f"kind_{kind}") for kind in ("template", "pointwise", "extern", "decode", "grouped")]
     return ~X[:, kinds].any(axis=1)
 
 

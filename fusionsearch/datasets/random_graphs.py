@@ -33,6 +33,7 @@ from fusionsearch.datasets.graphgen.shapes import (
     SMALL_MAX,
 )
 from fusionsearch.datasets.graphgen.values import COLLAPSE, FLOATS, PEAK_LIMIT, SATURATING_RMS
+from fusionsearch.datasets.workloads import workload
 from fusionsearch.errors import GraphError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import random_inputs, reference
@@ -40,13 +41,14 @@ from fusionsearch.graph.registry import dtype_from_name
 from fusionsearch.graph.tolerance import TOLERANCE, rel_error
 
 __all__ = [
-    "COLLAPSE", "DEFAULT_DTYPES", "INPUT_BYTES_LIMIT", "MAX_MATMULS", "PEAK_LIMIT", "REAL_BMM_K", "REAL_BMM_M",
+    "COLLAPSE", "DEFAULT_DTYPES", "FAMILIES", "INPUT_BYTES_LIMIT", "MAX_MATMULS", "PEAK_LIMIT", "REAL_BMM_K", "REAL_BMM_M",
     "REAL_BMM_N", "REAL_KN", "REAL_M", "REAL_TABLE_ROWS", "SATURATING_RMS", "SMALL_MAX", "graph_id", "random_graph",
     "random_graphs",
 ]
 
 INPUT_BYTES_LIMIT = 1 << 30  # bytes of all inputs together, so that a GPU measures a graph quickly
 MAX_MATMULS = 3
+FAMILIES = ("mixed", "experts")
 DEFAULT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -61,25 +63,47 @@ def random_graphs(n: int, seed: int = 0, **options: object) -> list[OpGraph]:
 
 
 def random_graph(seed: int, *, max_matmuls: int = MAX_MATMULS, dtypes: Sequence[torch.dtype | str] = DEFAULT_DTYPES,
-                 shape_scale: str = "real") -> OpGraph:
+                 shape_scale: str = "real", family: str = "mixed") -> OpGraph:
     """A random realistic graph of 1..max_matmuls matmuls in one dtype drawn from `dtypes`.
 
     shape_scale "real": M, K, N from real model families, inputs under 1 GiB; "small": every dim in 1..80
-    (1 and non-multiples of 16 included) for Triton's interpreter."""
+    (1 and non-multiples of 16 included) for Triton's interpreter. family "mixed": the dense and batched
+    families; "experts": a Mixtral-like mixture-of-experts FFN (the grouped matmul kind's graphs)."""
     if shape_scale not in ("real", "small"):
         raise GraphError(f"shape_scale must be 'real' or 'small', got {shape_scale!r}")
+    if family not in FAMILIES:
+        raise GraphError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
     if isinstance(max_matmuls, bool) or not isinstance(max_matmuls, int) or max_matmuls < 1:
         raise GraphError(f"max_matmuls must be a positive integer, got {max_matmuls!r}")
     dts = tuple(dtype_from_name(d, "random_graph dtypes") for d in dtypes)
     if not dts or any(d not in FLOATS for d in dts):
         raise GraphError(f"dtypes must be some of bfloat16, float16, float32, got {list(dtypes)}")
     rng = random.Random(seed)
+    if family == "experts":
+        return _experts_graph(rng, dts, shape_scale == "small")
     while True:  # redraw (from the same stream, so still deterministic) until the graph is fit for its use
         g = build_graph(GraphBuilder(rng, dts, shape_scale == "small"), min(max_matmuls, MAX_MATMULS))
         if shape_scale == "small" and _well_conditioned(g):
             return g.validate()
         if shape_scale == "real" and sum(g.node(n).nbytes for n in g.inputs) <= INPUT_BYTES_LIMIT:
             return g.validate()
+
+
+def _experts_graph(rng: random.Random, dts: tuple[torch.dtype, ...], small: bool) -> OpGraph:
+    """moe_ffn (gpt-fast's mixtral FFN: gathered expert weights, SiLU*up, routing-weighted sum of two experts)
+    at decode to short-prefill token counts, on real widths whose inputs stay under INPUT_BYTES_LIMIT and whose
+    float64 reference (it materialises every token's two gathered weights) under 2 GiB a matmul."""
+    dt = rng.choice(dts)
+    while True:
+        if small:
+            shape = {"T": rng.randint(1, 20), "D": rng.randint(8, 64), "H": rng.randint(8, 64), "E": rng.randint(1, 6)}
+        else:
+            shape = {"T": rng.choice((1, 2, 4, 8, 16)), "D": rng.choice((1024, 2048, 4096)),
+                     "H": rng.choice((1408, 2816, 5632)), "E": rng.choice((4, 8, 16))}
+        weights = 3 * shape["E"] * shape["H"] * shape["D"] * dt.itemsize
+        gathered = 2 * shape["T"] * shape["H"] * shape["D"] * 8
+        if small or (weights <= INPUT_BYTES_LIMIT and gathered <= 2 << 30):
+            return workload("moe_ffn", dtype=dt, **shape).validate()
 
 
 def _well_conditioned(g: OpGraph, margin: float = 0.8) -> bool:

@@ -54,6 +54,7 @@ class CollectOptions:
     progress: bool = True
     device: str = "cuda"  # "cpu" runs the pipeline in Triton's interpreter with wall-clock times: for tests only
     shape_scale: str = "real"
+    family: str = "mixed"  # the random graphs' family (datasets.random_graphs): "experts" for mixture-of-experts
     dtypes: tuple[str, ...] | None = None  # None: the generator's bf16/fp16/fp32 mix
     plan_timeout_s: float = 300.0  # a plan not validated and timed within this is recorded timed_out
     judge: str = "fusionsearch.search.collect:judge_for_dataset"  # what the measurement worker runs per plan
@@ -64,10 +65,11 @@ class CollectOptions:
 
 
 def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
-    """Up to n distinct legal plans: the reference plans, then random fusion options and tile configs."""
+    """Up to n distinct legal plans: the reference plans, the heuristic on each other matmul kind's first choice
+    (decode, grouped: rows of every kind the search offers), then random fusion options and tile configs."""
     from fusionsearch.costmodel.analytic import fits
     from fusionsearch.plan import fully_fused, heuristic, unfused
-    from fusionsearch.search.space import enumerate_space, random_plans
+    from fusionsearch.search.space import enumerate_space, random_plans, seed_plans
 
     space = enumerate_space(g, lambda gr, mm, cfg: fits(gr, mm, cfg, hw))
     plans: dict[str, Any] = {}
@@ -77,6 +79,14 @@ def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
             plans.setdefault(p.to_json(), p)
         except PlanError:
             pass
+    kinds = {name for i in range(len(space.matmuls)) for _, name in space._others(i)}
+    for params in seed_plans(space):
+        if len(plans) < n and any(v.split(" ")[0] in kinds for v in params.values()):
+            try:
+                p = space.plan(params)
+                plans.setdefault(p.to_json(), p)
+            except PlanError:
+                pass
     return random_plans(space, n, rng, plans)
 
 
@@ -112,7 +122,7 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     try:
         for gi in range(options.graphs):
             extra = {"dtypes": tuple(dtype_from_name(d) for d in options.dtypes)} if options.dtypes else {}
-            g = random_graph(options.seed + gi, shape_scale=options.shape_scale, **extra)
+            g = random_graph(options.seed + gi, shape_scale=options.shape_scale, family=options.family, **extra)
             gid = g.signature_hash()
             rng = random.Random(f"{options.seed}-{gi}")
             plans = [p for p in sample_plans(g, options.plans_per_graph, rng, hw) if (gid, plan_id(p)) not in done]

@@ -31,6 +31,7 @@ from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph, contiguous_strides
 from fusionsearch.graph.reference import random_inputs, reference
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
+from fusionsearch.kinds.grouped_matmul import GroupedConfig, GroupedKernel
 from fusionsearch.measure import validate
 from fusionsearch.measure.validate import TOLERANCE, rel_error
 from fusionsearch.plan import FusedMatmulKernel, Plan, TemplateKernel, TileConfig, problem, template_operands
@@ -542,18 +543,42 @@ def _parallel_graph(b: Builder) -> list[str]:
     return [b.finish(b.epilogue(h))]
 
 
+def _experts_graph(b: Builder) -> list[str]:
+    """A mixture-of-experts bmm (gpt-fast's mixtral): each token's row against the weights of the A experts a
+    router picked for it, gathered from a table [E, R, D] (whatever computes the table, a cast or a scale on the
+    gathered weight), by token ([T, A*R] outputs) or by pair ([T*A, R]); the grouped kind's shape."""
+    tokens, experts, top = b.draw(st.integers(1, 20)), b.draw(st.integers(1, 6)), b.draw(st.integers(1, 3))
+    d, r = b.k_dim(), b.dim()
+    table = b.cast(b.chain(b.source((experts, r, d)), b.draw(st.integers(0, 1))), b.dt)
+    b.counter += 1
+    router = b.g.input(f"router{b.counter}", [tokens, top], b.pick([torch.int64, torch.int32]))
+    w = b.op("index", [table, router], table.rms, table.sign)
+    if b.chance(30):
+        w = b.scale(w, 0.5)
+    by_token = b.chance(50)
+    b.sources.append(f"experts:{'by token' if by_token else 'by pair'}")
+    rows = tokens if by_token else tokens * top
+    w = b.op("view", [w], w.rms, w.sign, shape=[tokens, top * r, d] if by_token else [rows, r, d])
+    w = b.op("transpose", [w], w.rms, w.sign, dim0=1, dim1=2)
+    x = b.operand((rows, d))
+    x = b.op("view", [x], x.rms, x.sign, shape=[rows, 1, d])
+    return [b.finish(b.epilogue(b.product("bmm", x, w, d)))]
+
+
 @st.composite
 def graphs(draw: Draw) -> tuple[OpGraph, list[str]]:
     """A well-conditioned random graph, and labels of what it is made of (dtype, topology, operand sources)."""
     dt = draw(st.sampled_from([torch.float32, torch.float16]))
     b = Builder(draw, dt, draw(st.integers(0, 99)) < 50)
-    topo = draw(st.sampled_from(["single", "single", "chain", "chain", "parallel"]))
+    topo = draw(st.sampled_from(["single", "single", "chain", "chain", "parallel", "experts"]))
     kind0 = draw(st.sampled_from(["mm", "addmm", "linear", "bmm"]))
     if topo == "single":
         y = b.first_matmul(kind0)
         outs = [b.finish(b.epilogue(y))]
     elif topo == "chain":
         outs = _chain_graph(b, kind0)
+    elif topo == "experts":
+        outs = _experts_graph(b)
     else:
         outs = _parallel_graph(b)
     g = b.g
@@ -595,6 +620,15 @@ decode_configs = st.sampled_from(["dot", "dot_t", "fma"]).flatmap(lambda product
     num_stages=st.sampled_from([1, 2, 3]),
     product=st.just(product),
 ))
+grouped_configs = st.builds(  # blocks of pairs about the problem's size, split-K on short K steps
+    GroupedConfig,
+    block_m=st.sampled_from([16, 32]),
+    block_n=st.sampled_from([16, 32, 64]),
+    block_k=st.sampled_from([16, 32]),
+    split_k=st.sampled_from([1, 2, 3, 8]),
+    num_warps=st.sampled_from([2, 4]),
+    num_stages=st.sampled_from([1, 2, 3]),
+)
 
 
 def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConfig, ...], ...], dict[str, str]]:
@@ -605,12 +639,17 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
     for grp in space.groups:
         params[f"{grp.key}.fusion"] = draw(st.sampled_from(grp.options))
     configs, others = [], []
-    chosen: dict[str, TileConfig | DecodeConfig] = {}
+    chosen: dict[str, TileConfig | DecodeConfig | GroupedConfig] = {}
     for i, mm in enumerate(space.matmuls):
         offered = space.others[i] if space.others else ()
         decode = [label for label, kind in offered if kind == "decode"]
-        cfg: TileConfig | DecodeConfig
-        if decode and draw(st.booleans()):  # half the matmuls the decode kind may run
+        grouped = [label for label, kind in offered if kind == "grouped"]
+        cfg: TileConfig | DecodeConfig | GroupedConfig
+        if grouped and draw(st.integers(0, 99)) < 60:  # most expert bmms the grouped kind may run
+            cfg = draw(st.one_of(st.sampled_from(grouped).map(GroupedConfig.from_short), grouped_configs))
+            others.append(offered if cfg.short() in grouped else (*offered, (cfg.short(), "grouped")))
+            configs.append(space.configs[i])
+        elif decode and draw(st.booleans()):  # half the matmuls the decode kind may run
             cfg = draw(st.one_of(st.sampled_from(decode).map(DecodeConfig.from_short), decode_configs, decode_configs))
             others.append(offered if cfg.short() in decode else (*offered, (cfg.short(), "decode")))
             configs.append(space.configs[i])
@@ -691,6 +730,8 @@ def _record(g: OpGraph, plan: Plan, space: Space, candidates: tuple[tuple[TileCo
             STATS["group with one legal option (standalone)"] += 1
     for k in plan.kernels:
         STATS[f"kernel {k.kind}"] += 1
+        if isinstance(k, GroupedKernel):
+            note(f"grouped kernel, split-K {'> 1' if k.config.split_k > 1 else '1'}")
         if isinstance(k, DecodeKernel):
             note(f"decode kernel, {k.config.product}")
             if k.prologue_a or k.prologue_b or k.epilogue:
@@ -758,6 +799,7 @@ def test_enough_graphs_were_validated() -> None:
     assert STATS["graphs validated"] >= MIN_VALIDATED
     assert min(STATS[f"decode kernel, {form}"] for form in ("dot", "dot_t", "fma")) >= 2
     assert STATS["decode kernel with a fused node"] >= 5
+    assert STATS["grouped kernel, split-K 1"] + STATS["grouped kernel, split-K > 1"] >= 5
 
 
 # ---- the failures this test found, pinned as minimal graphs -------------------------------------------

@@ -15,8 +15,8 @@ from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule only needs the order of magnitude
 _BLOCK_M = (16, 32, 64, 128)
-_BLOCK_N = (64, 128, 256)
-_BLOCK_K = (64, 128)
+_BLOCK_N = (32, 64, 128, 256)
+_BLOCK_K = (32, 64, 128)
 _WARPS_STAGES = ((4, 3), (4, 4), (8, 3))
 
 
@@ -40,7 +40,10 @@ def grouped_candidates(g: OpGraph, mm: str, r: ExpertRouting, limit: int = 48) -
     per_expert = padded_block(max(1, math.ceil(r.pairs / max(r.expected_experts(), 1.0))))
     grid: list[GroupedConfig] = []
     for bm, bn, bk, (w, s) in itertools.product(_BLOCK_M, _BLOCK_N, _BLOCK_K, _WARPS_STAGES):
-        if bm > max(16, per_expert) or bn > padded_block(r.cols) or bk > padded_block(k):
+        # blocks not larger than the problem (the smallest always offered); 32-wide ones only for small problems
+        if bm > max(16, per_expert) or bn > max(32, padded_block(r.cols)) or bk > max(32, padded_block(k)):
+            continue
+        if (bn == 32 and r.cols > 64) or (bk == 32 and k > 64):
             continue
         for sk in splits_for(r, k, bm, bn, bk):
             cfg = GroupedConfig(bm, bn, bk, sk, w, s)

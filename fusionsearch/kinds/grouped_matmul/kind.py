@@ -27,6 +27,7 @@ class GroupedKind(MatmulKind):
     name = "grouped"
     kernel_type = GroupedKernel
     runs_triton = True
+    compiled_features = True
 
     def accepts(self, g: OpGraph, mm: str) -> bool:
         return expert_routing(g, mm) is not None

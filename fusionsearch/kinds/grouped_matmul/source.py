@@ -124,9 +124,10 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     body.line("mask_m = row < count")
     body.line("pair = tl.load(rt_ptr + first + row, mask=mask_m, other=0)")
     body.line("lead = tl.load(rt_ptr + first + block * BLOCK_M)  # the block's first pair: its B is the expert's")
-    for who in ("pair", "lead"):
+    for who in ("pair", "lead"):  # the pair's batch and (laid out by token) its first column
         body.line(f"{who}_b = {who} // {per}" if per > 1 else f"{who}_b = {who}")
-        body.line(f"{who}_c = ({who} % {per}) * N" if per > 1 else f"{who}_c = 0")
+        if per > 1:
+            body.line(f"{who}_c = ({who} % {per}) * N")
     body.line("idx_m = tl.arange(0, BLOCK_M)")
     body.line("idx_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)")
     body.line("mask_n = idx_n < N")
@@ -134,9 +135,11 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
     rows, cols = Idx("pair_b[:, None]", "mask_m[:, None]"), t.n_col
     t.b, t.m_row = rows, Idx("0")
-    t.n_col = Idx(f"(pair_c[:, None] + {cols.expr})", cols.mask)
     t_b = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
-    t_b.b, t_b.n_col = Idx("lead_b"), Idx(f"(lead_c + {cols.expr})", cols.mask)
+    t_b.b = Idx("lead_b")
+    if per > 1:
+        t.n_col = Idx(f"(pair_c[:, None] + {cols.expr})", cols.mask)
+        t_b.n_col = Idx(f"(lead_c + {cols.expr})", cols.mask)
     hoist, loop = body.child(), body.child(1)
     k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
     loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")

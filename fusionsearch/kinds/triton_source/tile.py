@@ -278,6 +278,12 @@ def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx,
         return (*_reshape_index(out[:-1], src[:-1], index[:-1]), index[-1])
     if out and src and out[0] == src[0]:
         return (index[0], *_reshape_index(out[1:], src[1:], index[1:]))
+    # A last dim that several of the output's rows fill (the pairs of a mixture-of-experts layer, [2T, H] read
+    # from [T, 2H]): the rows split over the source's leading dims and a factor, the last index stays added.
+    if len(out) > 1 and src and out[-1] > 1 and src[-1] % out[-1] == 0:
+        inner = _reshape_index(out[:-1], (*src[:-1], src[-1] // out[-1]), index[:-1])
+        last = Idx(f"(({inner[-1].expr}) * {out[-1]} + ({index[-1].expr}))", mask_of((inner[-1], index[-1])))
+        return (*inner[:-1], last)
     # Only the masks of the components the linear index uses: the others (size-1 dims) do not move the load, and
     # a block mask on a scalar pointer (every used component scalar, as pid_b) is refused by tl.load.
     masks = mask_of(tuple(c for size, c in zip(out, index, strict=True) if c.expr != "0" and size != 1))
