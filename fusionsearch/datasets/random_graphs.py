@@ -42,8 +42,8 @@ from fusionsearch.graph.tolerance import TOLERANCE, rel_error
 
 __all__ = [
     "COLLAPSE", "DEFAULT_DTYPES", "FAMILIES", "INPUT_BYTES_LIMIT", "MAX_MATMULS", "PEAK_LIMIT", "REAL_BMM_K",
-    "REAL_BMM_M", "REAL_BMM_N", "REAL_KN", "REAL_M", "REAL_TABLE_ROWS", "SATURATING_RMS", "SMALL_MAX", "graph_id", "random_graph",
-    "random_graphs",
+    "REAL_BMM_M", "REAL_BMM_N", "REAL_KN", "REAL_M", "REAL_TABLE_ROWS", "SATURATING_RMS", "SMALL_MAX", "graph_id",
+    "random_graph", "random_graphs",
 ]
 
 INPUT_BYTES_LIMIT = 1 << 30  # bytes of all inputs together, so that a GPU measures a graph quickly
