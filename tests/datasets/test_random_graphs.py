@@ -207,3 +207,16 @@ def test_linear_over_unit_leading_dims_validates(lead: tuple[int, ...]) -> None:
     g.set_outputs([g.add("relu", [y], name="z")])
     for make in (P.unfused, P.fully_fused):
         assert validate(make(g)).ok
+
+
+def test_the_experts_family_gives_mixture_of_experts_graphs_the_grouped_kind_accepts() -> None:
+    from fusionsearch.kinds.grouped_matmul import expert_routing
+
+    for seed in range(4):
+        g = random_graph(seed, family="experts", shape_scale="small")
+        assert g.signature_hash() == random_graph(seed, family="experts", shape_scale="small").signature_hash()
+        assert all(expert_routing(g, mm) is not None for mm in g.nodes_of_kind("template"))
+        real = random_graph(seed, family="experts")
+        assert sum(real.node(n).nbytes for n in real.inputs) <= 1 << 30
+    with pytest.raises(GraphError, match="family must be one of mixed, experts"):
+        random_graph(0, family="moe")
