@@ -132,3 +132,19 @@ def test_the_search_offers_grouped_configs_only_for_expert_bmms() -> None:
         assert any(name == "grouped" for _, name in moe._others(i))
     mm = enumerate_space(fs.workload("mm_bias_gelu", M=4, K=32, N=16), max_configs=4)
     assert not any(name == "grouped" for i in range(len(mm.matmuls)) for _, name in mm._others(i))
+
+
+def test_the_estimate_reads_each_touched_expert_once_a_block() -> None:
+    from fusionsearch.hardware import H200
+    from fusionsearch.kinds import get
+
+    expert = 64 * 256 * 2  # one expert's [H, D] weight in bf16 (bytes)
+    for tokens, block_m, blocks in ((1, 16, 8 * (1 - 0.75)), (16, 16, 8 * (1 - 0.75 ** 16)), (64, 16, 8.0),
+                                    (64, 32, 8.0), (64, 8 * 16, 8 * (1 - 0.75 ** 64))):
+        g = fs.workload("moe_ffn", T=tokens, D=256, H=64, E=8)
+        blocks = max(blocks, 2 * tokens / block_m)
+        k = GroupedKernel("gate", ("x_gate",), ("w1_picked", "w1_flat", "w1_t"), (),
+                          GroupedConfig(min(block_m, 128), 64, 64, 1, 4, 3))
+        est = get("grouped").estimate(g, k, 0, {"gate"}, H200)
+        weights = est.bytes_read - g.node("x").nbytes - g.node("idx").nbytes
+        assert weights == pytest.approx(expert * blocks, rel=1e-3), (tokens, block_m)

@@ -80,9 +80,10 @@ def grouped_estimate(g: OpGraph, k: GroupedKernel, i: int, stored: set[str], hw:
     ctas = col_tiles * split * blocks
     slots = hw.multiprocessors * ctas_per_sm(shape, a_dtype.itemsize, hw)  # type: ignore[arg-type]
     waves = math.ceil(ctas / slots)
-    # One expert's weight (what the B chain reads for one pair's columns), times the blocks that read it.
+    # One expert's weight (what the B chain reads for one pair's columns), times the blocks that read it
+    # (leaf_bytes counts a gathered table's rows once each, never more than the whole table: E experts).
     b_all = leaf_bytes(g, set(k.prologue_b), k.prologue_b)
-    b_expert = b_all / max(r.pairs, 1)
+    b_expert = b_all / max(min(r.pairs, r.experts), 1)
     b_read = round(b_expert * blocks)
     a_read = leaf_bytes(g, set(k.prologue_a), k.prologue_a) if k.prologue_a else g.node(ops["A"]).nbytes
     epi_read = leaf_bytes(g, {k.matmul, *k.epilogue}, k.epilogue)
