@@ -547,7 +547,8 @@ def _experts_graph(b: Builder) -> list[str]:
     """A mixture-of-experts bmm (gpt-fast's mixtral): each token's row against the weights of the A experts a
     router picked for it, gathered from a table [E, R, D] (whatever computes the table, a cast or a scale on the
     gathered weight), by token ([T, A*R] outputs) or by pair ([T*A, R]); the grouped kind's shape."""
-    tokens, experts, top = b.draw(st.integers(1, 20)), b.draw(st.integers(1, 6)), b.draw(st.integers(1, 3))
+    # up to 120 pairs: both the routing inside each CTA (up to 64) and the routing kernel's table
+    tokens, experts, top = b.draw(st.integers(1, 40)), b.draw(st.integers(1, 6)), b.draw(st.integers(1, 3))
     d, r = b.k_dim(), b.dim()
     table = b.cast(b.chain(b.source((experts, r, d)), b.draw(st.integers(0, 1))), b.dt)
     b.counter += 1

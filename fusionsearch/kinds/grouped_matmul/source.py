@@ -28,9 +28,11 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     load_operands,
     serial_split_k,
 )
-from fusionsearch.kinds.triton_source.tile import Buffers, Idx, offset
+from fusionsearch.kinds.triton_source.tile import BufferArg, Buffers, Idx, offset
 from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
+
+INLINE_PAIRS = 64  # at most this many token-expert pairs (decode), every CTA routes them itself
 
 
 def tile_shape(k: GroupedKernel) -> TileShape:
@@ -63,7 +65,63 @@ def generate_grouped(g: OpGraph, k: GroupedKernel, stored: set[str], name: str, 
     r = routing(g, k.matmul)
     if min(r.pairs, r.cols, problem(g, k.matmul).k) == 0:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
+    if r.pairs <= INLINE_PAIRS:
+        return [_matmul_kernel(g, k, r, stored, name, o)]
     return [_route_kernel(g, r, f"{name}_route", k.config.block_m), _matmul_kernel(g, k, r, stored, name, o)]
+
+
+def _expert_ids(src: Source, arg: BufferArg, r: ExpertRouting, other: int) -> None:
+    """`expert`: each pair's expert (torch's negative indices counted from the end), `other` past the pairs."""
+    where = offset(arg, (Idx(f"pair_ids // {r.top}"), Idx(f"pair_ids % {r.top}")))
+    src.line("pair_ids = tl.arange(0, BLOCK_P)")
+    src.line(f"mask_p = pair_ids < {r.pairs}")
+    src.line(f"ids = tl.load({arg.ptr} + {where}, mask=mask_p, other=0).to(tl.int32)")
+    src.line(f"ids = tl.where(ids < 0, ids + {r.experts}, ids)")
+    src.line(f"ids = tl.where(mask_p, ids, {other})")
+
+
+def _inline_routing(src: Source, buffers: Buffers, r: ExpertRouting) -> Source:
+    """The block's expert, pairs and first pair computed by every CTA from the router itself (a few dozen
+    pairs: [experts x pairs] and [BLOCK_M x pairs] comparisons), instead of a routing kernel's table: one launch
+    less and no dependency between launches at decode. Returns the block under `if expert < E`."""
+    E = r.experts
+    _expert_ids(src, buffers.get(r.router), r, -1)
+    src.line("offs_e = tl.arange(0, BLOCK_E)")
+    src.line("counts = tl.sum((ids[None, :] == offs_e[:, None]).to(tl.int32), axis=1)")
+    src.line("blocks_e = (counts + BLOCK_M - 1) // BLOCK_M")
+    src.line("ends = tl.cumsum(blocks_e, axis=0)")
+    src.line("expert = tl.sum((ends <= pid_b).to(tl.int32), axis=0)  # experts whose blocks end before this one")
+    src.line(f"if expert < {E}:")
+    body = src.child(1)
+    body.line("count = tl.sum(tl.where(offs_e == expert, counts, 0), axis=0)")
+    body.line("block = pid_b - tl.sum(tl.where(offs_e == expert, ends - blocks_e, 0), axis=0)")
+    body.line("hit = (ids == expert).to(tl.int32)")
+    body.line("rank = tl.cumsum(hit, axis=0) - 1")
+    body.line("row = block * BLOCK_M + tl.arange(0, BLOCK_M)")
+    body.line("mask_m = row < count")
+    body.line("chosen = (hit[None, :] != 0) & (rank[None, :] == row[:, None])")
+    body.line("pair = tl.sum(tl.where(chosen, pair_ids[None, :], 0), axis=1)")
+    body.line("lead = tl.sum(tl.where((hit != 0) & (rank == block * BLOCK_M), pair_ids, 0), axis=0)")
+    return body
+
+
+def _table_routing(src: Source, r: ExpertRouting, blocks: int) -> Source:
+    """The block's expert, pairs and first pair read from the routing kernel's table; returns the block under
+    `if expert < E`."""
+    P, E = r.pairs, r.experts
+    src.line("offs_e = tl.arange(0, BLOCK_E)")
+    src.line(f"ends = tl.load(rt_ptr + {P + 2 * E + 1} + offs_e, mask=offs_e < {E}, other={blocks})")
+    src.line("expert = tl.sum((ends <= pid_b).to(tl.int32), axis=0)  # experts whose blocks end before this one")
+    src.line(f"if expert < {E}:")
+    body = src.child(1)
+    body.line(f"count = tl.load(rt_ptr + {P} + expert)")
+    body.line(f"first = tl.load(rt_ptr + {P + E} + expert)")
+    body.line(f"block = pid_b - tl.load(rt_ptr + {P + 2 * E} + expert)")
+    body.line("row = block * BLOCK_M + tl.arange(0, BLOCK_M)")
+    body.line("mask_m = row < count")
+    body.line("pair = tl.load(rt_ptr + first + row, mask=mask_m, other=0)")
+    body.line("lead = tl.load(rt_ptr + first + block * BLOCK_M)  # the block's first pair: its B is the expert's")
+    return body
 
 
 def _route_kernel(g: OpGraph, r: ExpertRouting, name: str, block_m: int) -> GeneratedKernel:
@@ -71,18 +129,14 @@ def _route_kernel(g: OpGraph, r: ExpertRouting, name: str, block_m: int) -> Gene
     arg = buffers.get(r.router)
     P, E = r.pairs, r.experts
     src.line(f"# fusionsearch grouped routing: {P} token-expert pairs of {E} experts, blocks of BLOCK_M pairs")
-    src.line("pair = tl.arange(0, BLOCK_P)")
-    src.line(f"mask_p = pair < {P}")
-    where = offset(arg, (Idx(f"pair // {r.top}"), Idx(f"pair % {r.top}")))
-    src.line(f"expert = tl.load({arg.ptr} + {where}, mask=mask_p, other={E}).to(tl.int32)")
-    src.line(f"expert = tl.where(expert < 0, expert + {E}, expert)")  # torch counts negative indices from the end
+    _expert_ids(src, arg, r, E)
     src.line("pairs_before = tl.full((), 0, tl.int32)")
     src.line("blocks_before = tl.full((), 0, tl.int32)")
     src.line(f"for e in range({E}):")
-    src.line("    hit = (expert == e).to(tl.int32)")
+    src.line("    hit = (ids == e).to(tl.int32)")
     src.line("    count = tl.sum(hit, axis=0)")
     src.line("    rank = tl.cumsum(hit, axis=0) - 1")
-    src.line("    tl.store(rt_ptr + pairs_before + rank, pair, mask=hit != 0)")
+    src.line("    tl.store(rt_ptr + pairs_before + rank, pair_ids, mask=hit != 0)")
     src.line(f"    tl.store(rt_ptr + {P} + e, count)")
     src.line(f"    tl.store(rt_ptr + {P + E} + e, pairs_before)")
     src.line(f"    tl.store(rt_ptr + {P + 2 * E} + e, blocks_before)")
@@ -112,18 +166,8 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     if split > 1:
         src.line("pid_k = tl.program_id(1)")
     src.line("pid_b = tl.program_id(2)")
-    src.line("offs_e = tl.arange(0, BLOCK_E)")
-    src.line(f"ends = tl.load(rt_ptr + {P + 2 * E + 1} + offs_e, mask=offs_e < {E}, other={blocks})")
-    src.line("expert = tl.sum((ends <= pid_b).to(tl.int32), axis=0)  # experts whose blocks end before this one")
-    src.line(f"if expert < {E}:")
-    body = src.child(1)
-    body.line(f"count = tl.load(rt_ptr + {P} + expert)")
-    body.line(f"first = tl.load(rt_ptr + {P + E} + expert)")
-    body.line(f"block = pid_b - tl.load(rt_ptr + {P + 2 * E} + expert)")
-    body.line("row = block * BLOCK_M + tl.arange(0, BLOCK_M)")
-    body.line("mask_m = row < count")
-    body.line("pair = tl.load(rt_ptr + first + row, mask=mask_m, other=0)")
-    body.line("lead = tl.load(rt_ptr + first + block * BLOCK_M)  # the block's first pair: its B is the expert's")
+    inline = r.pairs <= INLINE_PAIRS
+    body = _inline_routing(src, buffers, r) if inline else _table_routing(src, r, blocks)
     for who in ("pair", "lead"):  # the pair's batch and (laid out by token) its first column
         body.line(f"{who}_b = {who} // {per}" if per > 1 else f"{who}_b = {who}")
         if per > 1:
@@ -156,7 +200,9 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     tiles = math.ceil(r.cols / cfg.block_n)
     constexprs = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k,
                   "BLOCK_E": 1 << max(E - 1, 0).bit_length()}
-    size = table_size(r)
+    if inline:
+        constexprs["BLOCK_P"] = 1 << max(P - 1, 0).bit_length()
+    size = 0 if inline else table_size(r)
     if split == 1:
         finish_tile(g, k, stored, body, buffers, t, o.upcast_epilogue, p, cfg, even_k, False)
         src.splice(body)
