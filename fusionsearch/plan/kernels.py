@@ -75,6 +75,22 @@ class FusedMatmulKernel:
     def check_stored(self, g: OpGraph, i: int, stored: set[str]) -> None:
         check_template_stored(g, self, i, stored)
 
+    @classmethod
+    def fused_from_dict(cls, d: dict[str, Any], where: str, config_type: type) -> Any:
+        """The kernel a plan file's entry describes, its `config` read as `config_type` (a frozen dataclass
+        whose constructor raises PlanError for a bad value): the shared `from_dict` of the fused matmul kinds."""
+        cfg = d.get("config", {})
+        known = sorted(config_type.__dataclass_fields__)  # type: ignore[attr-defined]
+        if not isinstance(cfg, dict) or set(cfg) - set(known):
+            raise SpecError(f"{where}: 'config' must be an object with keys {known}")
+        matmul = node_name(d, "matmul", where)
+        try:
+            config = config_type(**cfg)
+        except PlanError as e:
+            raise PlanError(f"{where} ({matmul!r}): {e}") from None
+        return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where),  # type: ignore[call-arg]
+                   names(d, "epilogue", where), config)
+
     def describe(self, g: OpGraph) -> str:
         parts = [f"{g.node(self.matmul).op} {self.matmul}"]
         for label, nodes in (("prologue A", self.prologue_a), ("prologue B", self.prologue_b),
@@ -99,16 +115,7 @@ class TemplateKernel(FusedMatmulKernel):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> TemplateKernel:
-        cfg = d.get("config", {})
-        if not isinstance(cfg, dict) or set(cfg) - set(TileConfig.__dataclass_fields__):
-            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(TileConfig.__dataclass_fields__)}")
-        matmul = node_name(d, "matmul", where)
-        try:
-            config = TileConfig(**cfg)
-        except PlanError as e:
-            raise PlanError(f"{where} ({matmul!r}): {e}") from None
-        return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where), names(d, "epilogue", where),
-                   config)
+        return cls.fused_from_dict(d, where, TileConfig)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

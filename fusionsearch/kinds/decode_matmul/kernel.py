@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from fusionsearch.errors import PlanError, SpecError
+from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
-from fusionsearch.plan.kernels import FusedMatmulKernel, names, node_name
+from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.matmul import problem
 
 DECODE_MAX_M = 16  # rows a decode matmul takes: one block of them, padded to 16 for a tensor-core dot
@@ -103,14 +103,4 @@ class DecodeKernel(FusedMatmulKernel):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> DecodeKernel:
-        cfg = d.get("config", {})
-        known = {f.name for f in fields(DecodeConfig)}
-        if not isinstance(cfg, dict) or set(cfg) - known:
-            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(known)}")
-        matmul = node_name(d, "matmul", where)
-        try:
-            config = DecodeConfig(**cfg)
-        except PlanError as e:
-            raise PlanError(f"{where} ({matmul!r}): {e}") from None
-        return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where), names(d, "epilogue", where),
-                   config)
+        return cls.fused_from_dict(d, where, DecodeConfig)  # type: ignore[no-any-return]

@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from fusionsearch.errors import PlanError, SpecError
+from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
 from fusionsearch.kinds.grouped_matmul.routing import expert_routing
-from fusionsearch.plan.kernels import FusedMatmulKernel, names, node_name
+from fusionsearch.plan.kernels import FusedMatmulKernel
 
 _BOUNDS = {"block_m": (16, 256), "block_n": (16, 512), "block_k": (16, 512), "split_k": (1, 64), "num_warps": (1, 16),
            "num_stages": (1, 8)}
@@ -86,14 +86,4 @@ class GroupedKernel(FusedMatmulKernel):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> GroupedKernel:
-        cfg = d.get("config", {})
-        known = {f.name for f in fields(GroupedConfig)}
-        if not isinstance(cfg, dict) or set(cfg) - known:
-            raise SpecError(f"{where}: 'config' must be an object with keys {sorted(known)}")
-        matmul = node_name(d, "matmul", where)
-        try:
-            config = GroupedConfig(**cfg)
-        except PlanError as e:
-            raise PlanError(f"{where} ({matmul!r}): {e}") from None
-        return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where), names(d, "epilogue", where),
-                   config)
+        return cls.fused_from_dict(d, where, GroupedConfig)  # type: ignore[no-any-return]
