@@ -6,6 +6,7 @@ model and interpret backends; one per GPU is the same code with CUDA_VISIBLE_DEV
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -61,6 +62,13 @@ def _worker_pids(config_name: str) -> list[int]:
     return pids
 
 
+def _signal(pids: list[int], sig: int) -> None:
+    """Send `sig` to each of `pids` that still exists (a process found a moment ago may have exited since)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
     """The first worker seen running a trial is SIGKILLed: that trial is failed (a stale heartbeat; a journal
@@ -79,15 +87,14 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, kind: str, capl
         while time.time() < deadline and not killed:
             for tag in [t for t in running_workers() if t.startswith("cpu")][:1]:
                 pids = _worker_pids(f"worker{tag.removeprefix('cpu')}.json")
-                for pid in pids:  # frozen first: if its trial is still running now, it dies inside it
-                    os.kill(pid, signal.SIGSTOP)
-                if pids and tag in running_workers():
-                    for pid in pids:
-                        os.kill(pid, signal.SIGKILL)
-                    killed.append(tag)
-                else:
-                    for pid in pids:
-                        os.kill(pid, signal.SIGCONT)
+                try:
+                    _signal(pids, signal.SIGSTOP)  # frozen first: if its trial is still running now, it dies in it
+                    if pids and tag in running_workers():
+                        _signal(pids, signal.SIGKILL)
+                        killed.append(tag)
+                finally:  # never leave a worker frozen (the study would wait for it forever)
+                    if not killed:
+                        _signal(pids, signal.SIGCONT)
             time.sleep(0.05)
 
     def running_workers() -> list[str]:
