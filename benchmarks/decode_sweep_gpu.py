@@ -28,7 +28,7 @@ from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
 from fusionsearch.kinds.decode_matmul.configs import splits_for
 from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
 from fusionsearch.measure import validate
-from fusionsearch.measure.bench import benchmark, measure_ceilings, time_callable
+from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings, time_callable
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.plan import FusedMatmulKernel, Plan, fully_fused
 from fusionsearch.plan.matmul import problem
@@ -62,18 +62,23 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
 
 
 def with_kernel(base: Plan, make: Any) -> Plan:
-    """`base` with its one fused matmul kernel replaced by `make(kernel)`."""
+    """`base` with every fused matmul kernel replaced by `make(kernel)`."""
     kernels = tuple(make(k) if isinstance(k, FusedMatmulKernel) else k for k in base.kernels)
     return dataclasses.replace(base, kernels=kernels).check()
 
 
-def timed(plan: Plan, g: fs.OpGraph, inputs: list, refs: list, rep_ms: int) -> dict[str, Any]:
+def timed(plan: Plan, g: fs.OpGraph, inputs: list, refs: list, rep_ms: int, per_kernel: bool = False
+          ) -> dict[str, Any]:
+    """`plan` validated against `refs`, then timed (µs); with `per_kernel` each of its kernels also alone."""
     try:
         v = validate(plan, g, inputs, refs=refs)
         if not v.ok:
             return {"median_us": None, "reason": "invalid: " + v.reason}
         t = benchmark(plan, inputs, warmup_ms=5, rep_ms=rep_ms)
-        return {"median_us": t.median_us if t.ok else None, "reason": t.reason, "rel_err": v.rel_err}
+        row = {"median_us": t.median_us if t.ok else None, "reason": t.reason, "rel_err": v.rel_err}
+        if per_kernel and t.ok:
+            row["kernels_us"] = kernel_times(plan, inputs, rep_ms=rep_ms)
+        return row
     except Exception as e:
         return {"median_us": None, "reason": failure_reason(e, 200)}
 

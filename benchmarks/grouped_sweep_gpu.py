@@ -33,14 +33,16 @@ from fusionsearch.kinds.decode_matmul import DecodeKernel
 from fusionsearch.kinds.decode_matmul.configs import KNOWN_GOOD as DECODE_GOOD
 from fusionsearch.kinds.grouped_matmul import GroupedConfig, GroupedKernel, expert_routing
 from fusionsearch.kinds.grouped_matmul.configs import splits_for
-from fusionsearch.measure import validate
-from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings, time_callable
+from fusionsearch.measure.bench import measure_ceilings, time_callable
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.plan import FusedMatmulKernel, Plan
+from fusionsearch.plan.matmul import problem
 from fusionsearch.search.space import enumerate_space
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.decode_sweep_gpu import copy_us, timed, with_kernel  # noqa: E402
 from benchmarks.harness import add_out, case_indices, md_table, out_file, run_facts, write_json  # noqa: E402
+from benchmarks.suite import measure_cublas_per_expert  # noqa: E402
 
 SHAPE = {"D": 4096, "H": 14336, "E": 8}
 CASES = [{"T": 1, **SHAPE}, {"T": 16, **SHAPE}, {"T": 512, **SHAPE}]
@@ -52,15 +54,11 @@ GRID = {  # (block_m, block_n, block_k, warps, stages) by tokens
 
 def grouped_plan(base: Plan, g: fs.OpGraph, bm: int, bn: int, bk: int, w: int, s: int, pick: int) -> Plan:
     """`base` with every fused bmm run grouped on these blocks (split-K: the kind's rule's `pick`-th)."""
-    kernels = []
-    for k in base.kernels:
-        if isinstance(k, FusedMatmulKernel):
-            r = expert_routing(g, k.matmul)
-            splits = splits_for(r, fs_problem_k(g, k.matmul), bm, bn, bk)
-            cfg = GroupedConfig(bm, bn, bk, splits[min(pick, len(splits) - 1)], w, s)
-            k = GroupedKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
-        kernels.append(k)
-    return dataclasses.replace(base, kernels=tuple(kernels)).check()
+    def grouped(k: FusedMatmulKernel) -> GroupedKernel:
+        splits = splits_for(expert_routing(g, k.matmul), problem(g, k.matmul).k, bm, bn, bk)
+        cfg = GroupedConfig(bm, bn, bk, splits[min(pick, len(splits) - 1)], w, s)
+        return GroupedKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
+    return with_kernel(base, grouped)
 
 
 def base_plan(g: fs.OpGraph) -> Plan:
@@ -74,16 +72,10 @@ def base_plan(g: fs.OpGraph) -> Plan:
     return space.plan(params).check()
 
 
-def fs_problem_k(g: fs.OpGraph, mm: str) -> int:
-    from fusionsearch.plan.matmul import problem
-    return problem(g, mm).k
-
-
 def decode_plan(base: Plan) -> Plan:
+    """`base` with every fused bmm run by the decode kind on its first known-good dot config."""
     cfg = next(c for c in DECODE_GOOD if c.product != "fma")
-    kernels = tuple(DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
-                    if isinstance(k, FusedMatmulKernel) else k for k in base.kernels)
-    return dataclasses.replace(base, kernels=kernels).check()
+    return with_kernel(base, lambda k: DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg))
 
 
 def expert_loop_float64(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -105,45 +97,6 @@ def touched_bytes(inputs: Sequence[torch.Tensor]) -> int:
     experts = len(torch.unique(idx))
     weights = experts * (w1[0].nbytes + w3[0].nbytes + w2[0].nbytes)
     return weights + x.nbytes * 2 + idx.nbytes + rw.nbytes
-
-
-def cublas_loop_us(inputs: Sequence[torch.Tensor]) -> float:
-    """The grouped matmuls without the gather: per touched expert, its tokens' rows (gathered before timing)
-    against w1[e] and w3[e], then hidden rows against w2[e]."""
-    x, idx, _, w1, w3, w2 = inputs
-    work = []
-    for e in range(w1.shape[0]):
-        tokens = (idx == e).any(dim=1).nonzero().flatten()
-        if len(tokens):
-            h = torch.empty(len(tokens), w1.shape[1], dtype=x.dtype, device=x.device).normal_()
-            work.append((x[tokens].contiguous(), h, w1[e], w3[e], w2[e]))
-
-    def loop() -> None:
-        for xe, he, a, b, c in work:
-            torch.mm(xe, a.t())
-            torch.mm(xe, b.t())
-            torch.mm(he, c.t())
-    return time_callable(loop).median_us
-
-
-def copy_us(nbytes: int) -> float:
-    src = torch.empty(max(1, nbytes // 4), dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return time_callable(lambda: dst.copy_(src)).median_us
-
-
-def timed(plan: Plan, g: fs.OpGraph, inputs: list, refs: list, rep_ms: int, per_kernel: bool) -> dict[str, Any]:
-    try:
-        v = validate(plan, g, inputs, refs=refs)
-        if not v.ok:
-            return {"median_us": None, "reason": "invalid: " + v.reason}
-        t = benchmark(plan, inputs, warmup_ms=5, rep_ms=rep_ms)
-        row = {"median_us": t.median_us if t.ok else None, "reason": t.reason, "rel_err": v.rel_err}
-        if per_kernel and t.ok:
-            row["kernels_us"] = kernel_times(plan, inputs, rep_ms=rep_ms)
-        return row
-    except Exception as e:
-        return {"median_us": None, "reason": failure_reason(e, 200)}
 
 
 def main() -> None:
@@ -206,7 +159,7 @@ def main() -> None:
                 others["eager"] = {"median_us": None, "reason": failure_reason(e, 200)}
         nbytes = touched_bytes(inputs)
         floor = nbytes / ceilings["bandwidth_bytes_per_s"] * 1e6
-        copy, loop = copy_us(nbytes), cublas_loop_us(inputs)
+        copy, loop = copy_us(nbytes), measure_cublas_per_expert(inputs)["median_us"]
         case = {"case": case_name({"workload": "moe_ffn", "shape": shape}), "floor_us": floor, "floor_bytes": nbytes,
                 "experts_touched": len(torch.unique(inputs[1])), "copy_same_bytes_us": copy,
                 "cublas_per_expert_us": loop, "others": others, "configs": len(plans), "ok": len(ok), "rows": rows,
