@@ -79,9 +79,9 @@ def sample_plans(g: Any, n: int, rng: random.Random, hw: Any) -> list[Any]:
             plans.setdefault(p.to_json(), p)
         except PlanError:
             pass
-    kinds = {name for i in range(len(space.matmuls)) for _, name in space._others(i)}
+    others = {label for i in range(len(space.matmuls)) for label, _ in space._others(i)}
     for params in seed_plans(space):
-        if len(plans) < n and any(v.split(" ")[0] in kinds for v in params.values()):
+        if len(plans) < n and others & set(params.values()):
             try:
                 p = space.plan(params)
                 plans.setdefault(p.to_json(), p)

@@ -190,3 +190,18 @@ def test_collect_into_a_file_that_is_not_a_dataset_is_refused_before_measuring(t
     with pytest.raises(CostModelError, match="is not a measurements dataset"):
         collect(str(path), CollectOptions(graphs=1, **OPTS))
     assert path.read_text() == "my notes, not a dataset\n" and measured == []
+
+
+def test_sampled_plans_of_an_experts_graph_include_every_other_matmul_kind() -> None:
+    """The seeds of each other kind (decode, grouped) come before the random draws, so a collection of few
+    plans a graph still measures rows of them."""
+    import random
+
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.datasets.random_graphs import random_graph
+    from fusionsearch.search.collect import sample_plans
+
+    g = random_graph(3, family="experts", shape_scale="small")
+    plans = sample_plans(g, 6, random.Random(0), Hardware.detect())
+    matmul_kinds = [{k.kind for k in p.kernels if k.kind != "pointwise"} for p in plans[:5]]
+    assert {"decode"} in matmul_kinds and {"grouped"} in matmul_kinds, matmul_kinds  # every matmul on that kind
