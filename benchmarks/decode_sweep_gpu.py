@@ -25,7 +25,7 @@ from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.kinds.decode_matmul.configs import splits_for
+from fusionsearch.kinds.decode_matmul.configs import FMA_MAX_ACCUMULATORS, fma_registers, splits_for
 from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
 from fusionsearch.measure import validate
 from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings, time_callable
@@ -44,7 +44,8 @@ CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"
          ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096})]
 GRID = {"dot": ((64, 128, 256), (128, 256)), "dot_t": ((64, 128, 256), (128, 256)),
         "fma": ((128, 256, 512, 1024), (16, 32, 64))}
-WARPS_STAGES = ((4, 3), (4, 5), (8, 4))
+WARPS_STAGES = {"dot": ((4, 3), (4, 5), (8, 4)), "dot_t": ((4, 3), (4, 5), (8, 4)),
+                "fma": ((4, 1), (8, 1), (16, 1), (8, 2), (8, 4))}
 
 
 def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
@@ -53,9 +54,11 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
     for product, (bns, bks) in GRID.items():
         if product == "fma" and m > 4:
             continue
-        for bn, bk, (w, s) in itertools.product(bns, bks, WARPS_STAGES):
+        for bn, bk, (w, s) in itertools.product(bns, bks, WARPS_STAGES[product]):
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
+                if product == "fma" and fma_registers(cfg, m) > 2 * FMA_MAX_ACCUMULATORS:
+                    continue
                 if cfg.shared_memory_bytes(2) <= 220 * 1024:
                     out.append(cfg)
     return list(dict.fromkeys(out))
@@ -83,8 +86,28 @@ def timed(plan: Plan, g: fs.OpGraph, inputs: list, refs: list, rep_ms: int, per_
         return {"median_us": None, "reason": failure_reason(e, 200)}
 
 
+MAX_CLOCK_HZ = 1.98e9  # H100/H200 SXM boost clock: the issue figure below is a lower bound on time
+
+
+def issue_bound(plan: Plan, g: fs.OpGraph, mm: str, cfg: DecodeConfig) -> dict[str, float]:
+    """What instruction issue alone costs the plan's decode kernel: its sm_90 SASS K-loop instructions (per
+    thread per K step, codegen.resources), per weight element, and the time every warp's loop takes at one
+    warp-instruction per cycle per SM sub-partition (4 a multiprocessor) and the boost clock."""
+    from fusionsearch.codegen.resources import plan_resources
+
+    res = next(r for r in plan_resources(plan) if r is not None)
+    p = problem(g, mm)
+    steps = -(-p.k // cfg.block_k) * -(-p.n // cfg.block_n) * p.batch  # CTA K steps over the whole grid
+    warp_instructions = res.loop_instructions * cfg.num_warps * steps
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return {"loop_instructions": res.loop_instructions, "registers": res.registers,
+            "instructions_per_element": res.loop_instructions * 32 * cfg.num_warps / (cfg.block_k * cfg.block_n),
+            "issue_us": warp_instructions / (4 * sms * MAX_CLOCK_HZ) * 1e6}
+
+
 def copy_us(nbytes: int) -> float:
-    src = torch.empty(max(1, nbytes // 4), dtype=torch.uint8, device="cuda")
+    """A device copy moving `nbytes` (half read, half written), as suite.py's copy of the floor's bytes."""
+    src = torch.empty(max(1, nbytes // 4), dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
     return time_callable(lambda: dst.copy_(src)).median_us
 
@@ -146,15 +169,26 @@ def main() -> None:
         for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]:
             print(f"   {n} failed: {reason}")
         best = decode_ok[0] if decode_ok else None
+        if best:
+            cfg = DecodeConfig.from_short(best["config"])
+            try:
+                case["best_issue"] = issue_bound(plans[cfgs.index(cfg)], g, mm, cfg)
+                best["issue"] = case["best_issue"]
+                write_json(report, out_file(args.out, "sweep.json"))
+            except Exception as e:
+                case["best_issue"] = {"reason": failure_reason(e, 200)}
+            print(f"   best's issue bound: {case['best_issue']}", flush=True)
         summary.append((case["case"], floor, copy, cb, best, template_ok[0] if template_ok else None))
         del inputs, refs
         torch.cuda.empty_cache()
     pool.close()
     print("\n".join(md_table(["case", "floor us", "copy us", "cuBLAS bare us", "best decode us", "x floor",
-                              "best template us", "decode config"], (
+                              "best template us", "decode config", "instr/elt", "issue us"], (
         [c, f"{floor:.1f}", f"{copy:.1f}", f"{cb:.1f}",
          *([f"{best['median_us']:.1f}", f"{best['median_us'] / floor:.2f}"] if best else ["failed", ""]),
-         f"{tb['median_us']:.1f}" if tb else "", best["config"] if best else ""]
+         f"{tb['median_us']:.1f}" if tb else "", best["config"] if best else "",
+         *([f"{best['issue']['instructions_per_element']:.1f}", f"{best['issue']['issue_us']:.1f}"]
+           if best and "issue" in best else ["", ""])]
         for c, floor, copy, cb, best, tb in summary))))
 
 
