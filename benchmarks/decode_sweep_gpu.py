@@ -25,7 +25,7 @@ from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.kinds.decode_matmul.configs import FMA_MAX_ACCUMULATORS, fma_registers, splits_for
+from fusionsearch.kinds.decode_matmul.configs import splits_for
 from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
 from fusionsearch.measure import validate
 from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings, time_callable
@@ -57,8 +57,6 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
         for bn, bk, (w, s) in itertools.product(bns, bks, WARPS_STAGES[product]):
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
-                if product == "fma" and fma_registers(cfg, m) > 2 * FMA_MAX_ACCUMULATORS:
-                    continue
                 if cfg.shared_memory_bytes(2) <= 220 * 1024:
                     out.append(cfg)
     return list(dict.fromkeys(out))

@@ -26,16 +26,8 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
     "dot_t": ((64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
-    # fma: one stage loads straight into registers (16-byte loads in the layout the FMAs use); more stages go
-    # through shared memory, which sm_90 SASS shows read back byte by byte
-    "fma": ((128, 256, 512), (16, 32, 64), ((4, 1), (8, 1), (8, 2), (4, 3))),
+    "fma": ((64, 128, 256, 512), (16, 32, 64), ((4, 3), (4, 4), (8, 3))),
 }
-FMA_MAX_ACCUMULATORS = 64  # fp32 registers a thread gives the fma form's per-row [BLOCK_K, BLOCK_N] accumulators
-
-
-def fma_registers(cfg: DecodeConfig, rows: int) -> int:
-    """The fp32 accumulator registers per thread of the fma form over `rows` rows."""
-    return rows * cfg.block_k * cfg.block_n // (32 * cfg.num_warps)
 
 
 def accepts(g: OpGraph, mm: str) -> bool:
@@ -57,8 +49,7 @@ def splits_for(g: OpGraph, mm: str, block_n: int, block_k: int) -> tuple[int, ..
 
 def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
     """Up to `limit` decode configs for `mm`: the known-good ones, then an even spread over the grid (blocks not
-    larger than the padded problem, a pipeline that fits shared memory), fma only for up to 4 rows and
-    FMA_MAX_ACCUMULATORS accumulator registers."""
+    larger than the padded problem, a pipeline that fits shared memory), fma only for up to 4 rows."""
     p = problem(g, mm)
     itemsize = 4  # the widest operand: keeps every pipeline inside shared memory whatever the dtypes
 
@@ -71,8 +62,6 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
                 continue
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
-                if product == "fma" and fma_registers(cfg, p.m) > FMA_MAX_ACCUMULATORS:
-                    continue
                 if cfg.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES:
                     grid.append(cfg)
     fixed = [c for c in KNOWN_GOOD if c.product != "fma" or p.m <= 4]

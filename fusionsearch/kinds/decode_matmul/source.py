@@ -31,37 +31,8 @@ from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
 _PRODUCT = {
     "dot": "acc = tl.dot(a, b, acc{precision})",
     "dot_t": "acc = tl.dot(b, a, acc{precision})",  # B^T [BLOCK_N, BLOCK_K] @ A^T [BLOCK_K, BLOCK_M]
+    "fma": "acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
 }
-
-
-def fma_product(rows: int, init: Source, loop: Source, after: Source) -> None:
-    """The fp32 FMA product, one [BLOCK_K, BLOCK_N] accumulator per row of A summed over K once after the loop:
-    each thread keeps the weight tile in the layout it was loaded in (contiguous columns, 16-byte loads), where
-    a sum over K inside the loop made Triton convert every tile to K-per-thread through shared memory byte by
-    byte (sm_90 SASS of w8 M1: 178 instructions a 16-element step against 106)."""
-    for r in range(rows):
-        init.line(f"acc{r} = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)")
-    loop.line("bf = b.to(tl.float32)")
-    if rows == 1:
-        loop.line("acc0 += tl.reshape(a.to(tl.float32), (BLOCK_K, 1)) * bf")
-        after.line("acc = tl.reshape(tl.sum(acc0, axis=0), (1, BLOCK_N))")
-        return
-    # A's rows as [BLOCK_K] columns: transposed, then halved by tl.split (a register split) until one is left
-    loop.line("ar = tl.trans(a.to(tl.float32))")
-    parts, names = [("ar", list(range(1 << (rows - 1).bit_length())))], {}
-    while parts:
-        var, cols = parts.pop()
-        if len(cols) == 1:
-            names[cols[0]] = var
-            continue
-        half = len(cols) // 2
-        loop.line(f"{var}_e, {var}_o = tl.split(tl.reshape({var}, (BLOCK_K, {half}, 2)))" if half > 1
-                  else f"{var}_e, {var}_o = tl.split({var})")
-        parts += [(f"{var}_e", cols[0::2]), (f"{var}_o", cols[1::2])]
-    after.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
-    for r in range(rows):
-        loop.line(f"acc{r} += {names[r]}[:, None] * bf")
-        after.line(f"acc = tl.where(tl.arange(0, BLOCK_M)[:, None] == {r}, tl.sum(acc{r}, axis=0)[None, :], acc)")
 
 
 def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
@@ -88,10 +59,9 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     src = tile_header(kernel_src, f"fusionsearch decode kernel: {g.node(k.matmul).op}, prologue A "
                                   f"{len(k.prologue_a)} ops, B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} "
                                   f"ops, {k.config.short()}", p, split)
-    hoist, loop, after = src.child(), src.child(1), src.child()
-    if product != "fma":
-        src.line("acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)" if transposed
-                 else "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    src.line("acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)" if transposed
+             else "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    hoist, loop = src.child(), src.child(1)
     k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
     loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
     if not even_k:
@@ -101,14 +71,10 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
               else {"A": "(BLOCK_M, BLOCK_K)", "B": "(BLOCK_K, BLOCK_N)"})
     load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes)
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
-    if product == "fma":
-        fma_product(p.m, src, loop, after)
-    else:
-        loop.line(_PRODUCT[product].format(precision=precision))
+    loop.line(_PRODUCT[product].format(precision=precision))
     src.splice(hoist)
     src.line(f"for k_tile in tl.range({k_tiles}, num_stages={cfg.num_stages}):")
     src.splice(loop)
-    src.splice(after)
     if transposed:
         src.line("acc = tl.trans(acc)")
     tiles = math.ceil(p.n / cfg.block_n)
