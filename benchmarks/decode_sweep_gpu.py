@@ -28,13 +28,14 @@ from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
 from fusionsearch.kinds.decode_matmul.configs import splits_for
 from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
 from fusionsearch.measure import validate
-from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings, time_callable
+from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings
 from fusionsearch.measure.isolate import CompilePool
 from fusionsearch.plan import FusedMatmulKernel, Plan, fully_fused
 from fusionsearch.plan.matmul import problem
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import add_out, case_indices, floor_us, md_table, out_file, run_facts, write_json  # noqa: E402
+from benchmarks.suite import measure_copy  # noqa: E402
 from benchmarks.tile_sweep_gpu import cublas_us  # noqa: E402
 
 CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}),
@@ -103,13 +104,6 @@ def issue_bound(plan: Plan, g: fs.OpGraph, mm: str, cfg: DecodeConfig) -> dict[s
             "issue_us": warp_instructions / (4 * sms * MAX_CLOCK_HZ) * 1e6}
 
 
-def copy_us(nbytes: int) -> float:
-    """A device copy moving `nbytes` (half read, half written), as suite.py's copy of the floor's bytes."""
-    src = torch.empty(max(1, nbytes // 4), dtype=torch.bfloat16, device="cuda")
-    dst = torch.empty_like(src)
-    return time_callable(lambda: dst.copy_(src)).median_us
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     add_out(ap, "sweep.json")
@@ -146,7 +140,7 @@ def main() -> None:
         template_ok = sorted((r for r in rows[len(cfgs):] if r["median_us"]), key=lambda r: r["median_us"])
         nbytes = least_bytes(g)
         floor = floor_us(nbytes, matmul_flops(g), ceilings)
-        copy, cb = copy_us(nbytes), cublas_us(g, mm)
+        copy, cb = measure_copy(nbytes)["median_us"], cublas_us(g, mm)
         case = {"case": case_name({"workload": name, "shape": shape}), "floor_us": floor, "floor_bytes": nbytes,
                 "copy_same_bytes_us": copy, "cublas_bare_us": cb, "configs": len(cfgs), "ok": len(decode_ok),
                 "rows": rows, "seconds": time.time() - t0}

@@ -41,9 +41,9 @@ from fusionsearch.plan.matmul import problem
 from fusionsearch.search.space import enumerate_space
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.decode_sweep_gpu import copy_us, timed, with_kernel  # noqa: E402
+from benchmarks.decode_sweep_gpu import timed, with_kernel  # noqa: E402
 from benchmarks.harness import add_out, case_indices, md_table, out_file, run_facts, write_json  # noqa: E402
-from benchmarks.suite import measure_cublas_per_expert  # noqa: E402
+from benchmarks.suite import measure_copy, measure_cublas_per_expert  # noqa: E402
 
 SHAPE = {"D": 4096, "H": 14336, "E": 8}
 CASES = [{"T": 1, **SHAPE}, {"T": 16, **SHAPE}, {"T": 512, **SHAPE}]
@@ -181,7 +181,7 @@ def main() -> None:
                 others["eager"] = {"median_us": None, "reason": failure_reason(e, 200)}
         nbytes = touched_bytes(inputs)
         floor = nbytes / ceilings["bandwidth_bytes_per_s"] * 1e6
-        copy, loop = copy_us(nbytes), measure_cublas_per_expert(inputs)["median_us"]
+        copy, loop = measure_copy(nbytes)["median_us"], measure_cublas_per_expert(inputs)["median_us"]
         case = {"case": case_name({"workload": "moe_ffn", "shape": shape}), "floor_us": floor, "floor_bytes": nbytes,
                 "experts_touched": len(torch.unique(inputs[1])), "copy_same_bytes_us": copy,
                 "cublas_per_expert_us": loop, "others": others, "configs": len(plans), "ok": len(ok), "rows": rows,
