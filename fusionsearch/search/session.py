@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -206,6 +207,14 @@ def _retime_finalists(study: optuna.Study, space: Space, judge: Any, count: int)
 def _best(study: optuna.Study, space: Space) -> tuple[Plan, float]:
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
     if not complete:
-        raise FusionSearchError("no trial produced a valid plan; see the trials' reasons (fusionsearch explain)")
+        raise FusionSearchError("no trial produced a valid plan; the commonest reasons: "
+                                f"{commonest_reasons(study.trials)} (every trial's: fusionsearch explain)")
     best = min(complete, key=lambda t: t.value)
     return space.plan(best.params), float(best.value)
+
+
+def commonest_reasons(trials: Sequence[optuna.trial.FrozenTrial], top: int = 3) -> str:
+    """The `top` commonest trial reasons with their counts, for an error that must say why without a second
+    command (a suite row keeps only the error's text)."""
+    counts = Counter((t.user_attrs.get("reason") or str(t.state.name).lower())[:160] for t in trials)
+    return "; ".join(f"{n}x {reason}" for reason, n in counts.most_common(top)) or "no trial ran"

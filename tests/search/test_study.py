@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -885,3 +886,15 @@ def test_a_space_of_two_plans_runs_the_trials_asked() -> None:
     res = run_study(_lone_mm(), SearchOptions(trials=3, backend="model", max_configs=1))  # a config or PyTorch's
     assert S.possible_plans(res.space) == 2 and len(res.trials) == 3 and "possible_plans" not in res.extra
     assert S.possible_plans(enumerate_space(fs.workload("swiglu", **SMALL["swiglu"]), None, 48)) is None
+
+
+def test_a_search_with_no_valid_plan_says_its_commonest_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error must say why without a second command: a suite row keeps only its text."""
+    from fusionsearch.search.outcome import TrialOutcome
+
+    monkeypatch.setattr(Objective, "_check_interpreted", lambda self, plan: TrialOutcome.invalid("numbers off (x)"))
+    g = fs.workload("mm_bias_gelu", **SMALL["mm_bias_gelu"])
+    with pytest.raises(FusionSearchError) as e:
+        run_study(g, SearchOptions(trials=5, backend="interpret", bytes_rule=None))
+    assert "no trial produced a valid plan" in str(e.value)
+    assert re.search(r"reasons: [1-5]x numbers off \(x\)", str(e.value)), str(e.value)
