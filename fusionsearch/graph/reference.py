@@ -34,9 +34,28 @@ def reference(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool = False)
     With `float64=True` every floating value is computed in float64 and casts between floating dtypes are
     exact: the ideal result that generated kernels are validated against. Each value is dropped after its
     last use, so the peak is the live values, not the whole graph's (a Mixtral layer's gathered expert weights
-    in float64 at 16 tokens: 45 GB all kept, 15 GB at a time).
+    in float64 at 16 tokens: 45 GB all kept, 15 GB at a time). Where the GPU runs out of memory for it (a
+    search's process beside a benchmark's: 8 of 8 trials failed so on an H100), it runs on the host and its
+    outputs come back to the inputs' device: once per search, slower, never wrong.
     """
     check_inputs(g, inputs)
+    try:
+        return _evaluate(g, inputs, float64)
+    except torch.OutOfMemoryError:
+        device = accelerator(inputs)
+        if device is None:
+            raise
+    torch.cuda.empty_cache()  # what the failed attempt left cached
+    return [out.to(device) for out in _evaluate(g, [t.cpu() for t in inputs], float64)]
+
+
+def accelerator(inputs: Sequence[torch.Tensor]) -> torch.device | None:
+    """The device off the host that the inputs live on (None: all on the host, nothing to fall back to)."""
+    return next((t.device for t in inputs if t.device.type != "cpu"), None)
+
+
+def _evaluate(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool) -> list[torch.Tensor]:
+    """reference()'s op-by-op run on the inputs' device."""
     last_use: dict[str, str] = {}
     for node in g:
         for i in node.inputs:

@@ -218,3 +218,30 @@ def test_the_reference_keeps_only_the_values_still_to_be_read(monkeypatch: pytes
     (out,) = fs.reference(g, [x], float64=True)
     assert torch.equal(out, x.double() * 1.5 ** 10)
     assert most_alive == 1, most_alive  # only the op's own input; kept to the end it would be 9
+
+
+def test_a_float64_reference_the_gpu_has_no_memory_for_runs_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search beside a benchmark on an H100 failed 8 of 8 trials on the reference's 14 GiB allocation."""
+    import importlib
+
+    R = importlib.import_module("fusionsearch.graph.reference")  # the package exports its function by that name
+    g = fs.workload("mm_bias_gelu", M=5, K=7, N=3)
+    inputs = fs.random_inputs(g, seed=0)
+    expected = R.reference(g, inputs, float64=True)
+    devices: list[str] = []
+    evaluate = R._evaluate
+
+    def short_of_memory(g: OpGraph, ins: list[torch.Tensor], float64: bool) -> list[torch.Tensor]:
+        devices.append("accelerator" if ins is inputs else "host")
+        if ins is inputs:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB.")
+        return evaluate(g, ins, float64)
+
+    monkeypatch.setattr(R, "_evaluate", short_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):  # inputs on the host: nowhere else to go
+        R.reference(g, inputs, float64=True)
+    monkeypatch.setattr(R, "accelerator", lambda ins: torch.device("cpu"))  # as if the inputs were on a GPU
+    devices.clear()
+    got = R.reference(g, inputs, float64=True)
+    assert devices == ["accelerator", "host"]
+    assert all(torch.equal(a, b) and a.dtype == torch.float64 for a, b in zip(got, expected, strict=True))
