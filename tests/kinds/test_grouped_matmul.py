@@ -148,3 +148,25 @@ def test_the_estimate_reads_each_touched_expert_once_a_block() -> None:
         est = get("grouped").estimate(g, k, 0, {"gate"}, H200)
         weights = est.bytes_read - g.node("x").nbytes - g.node("idx").nbytes
         assert weights == pytest.approx(expert * blocks, rel=1e-3), (tokens, block_m)
+
+
+@pytest.mark.parametrize("tokens", [1, 512])
+def test_the_measured_block_shapes_lead_the_offer_and_every_pipeline_fits_for_its_dtype(tokens: int) -> None:
+    from fusionsearch.kinds.grouped_matmul.configs import KNOWN_GOOD, grouped_candidates
+    from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES
+
+    def pipeline_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+        bm, bn, bk, _, stages = shape
+        return stages * (bm * bk + bk * bn) * itemsize
+
+    for dtype, itemsize in ((torch.bfloat16, 2), (torch.float32, 4)):
+        g = fs.workload("moe_ffn", T=tokens, D=4096, H=14336, E=8, dtype=dtype)
+        offer = grouped_candidates(g, "gate", expert_routing(g, "gate"), limit=20)
+        assert len(offer) == 20 and len(set(offer)) == 20
+        shapes = {(c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages) for c in offer}
+        fitting = {s for s in KNOWN_GOOD if (s[0] == 16 or tokens > 16)  # 2 pairs an expert at T1: BLOCK_M 16
+                   and pipeline_bytes(s, itemsize) <= MAX_SHARED_MEMORY_BYTES}
+        assert fitting <= shapes, (fitting, shapes)
+        assert all(c.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES for c in offer)
+        # the 128x256x64 3-stage pipeline (measured fastest at prefill) fits in bfloat16 only
+        assert ((128, 256, 64, 8, 3) in shapes) == (tokens == 512 and dtype == torch.bfloat16)

@@ -1,6 +1,7 @@
 """The grouped configs the search tries for a mixture-of-experts bmm: BLOCK_M near the pairs an expert gets
 (at decode one block of 16; at prefill a tensor-core block), and for each block shape the split-K that gives
-the GPU at least two CTAs a multiprocessor over the experts the tokens can touch."""
+the GPU at least two CTAs a multiprocessor over the experts the tokens can touch. The block shapes measured
+fastest on Mixtral's bmms come first, so that a short search tries them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds.grouped_matmul.kernel import GroupedConfig
 from fusionsearch.kinds.grouped_matmul.routing import ExpertRouting
-from fusionsearch.plan.matmul import problem
+from fusionsearch.plan.matmul import problem, template_operands
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule only needs the order of magnitude
@@ -18,6 +19,11 @@ _BLOCK_M = (16, 32, 64, 128)
 _BLOCK_N = (32, 64, 128, 256)
 _BLOCK_K = (32, 64, 128)
 _WARPS_STAGES = ((4, 3), (4, 4), (8, 3))
+# (block_m, block_n, block_k, warps, stages) fastest per bmm of moe_ffn (D4096 H14336 E8, bfloat16) on an H100
+# (benchmarks/results/h100-2026-12-05b-decode-grouped): decode gate/up, decode down, prefill (T512).
+KNOWN_GOOD: tuple[tuple[int, int, int, int, int], ...] = (
+    (16, 64, 256, 4, 4), (16, 128, 256, 4, 3), (16, 256, 64, 4, 4), (16, 256, 128, 8, 3),
+    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 4, 3))
 
 
 def splits_for(r: ExpertRouting, k: int, block_m: int, block_n: int, block_k: int) -> tuple[int, ...]:
@@ -37,20 +43,27 @@ def grouped_candidates(g: OpGraph, mm: str, r: ExpertRouting, limit: int = 48) -
     """Up to `limit` grouped configs for `mm`: BLOCK_M from 16 up to the pairs an expert gets on average
     (rounded up to a power of two), an even spread over the rest of the grid when it is larger."""
     k = problem(g, mm).k
+    operands = template_operands(g, mm)
+    itemsize = max(g.node(operands[role]).dtype.itemsize for role in ("A", "B"))
     per_expert = padded_block(max(1, math.ceil(r.pairs / max(r.expected_experts(), 1.0))))
+
+    def offered(bm: int, bn: int, bk: int) -> bool:
+        """Blocks not larger than the problem (the smallest always offered)."""
+        return bm <= max(16, per_expert) and bn <= max(32, padded_block(r.cols)) and bk <= max(32, padded_block(k))
+
+    def with_splits(bm: int, bn: int, bk: int, w: int, s: int) -> list[GroupedConfig]:
+        configs = [GroupedConfig(bm, bn, bk, sk, w, s) for sk in splits_for(r, k, bm, bn, bk)]
+        return [c for c in configs if c.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES]
+
+    known = [c for shape in KNOWN_GOOD if offered(*shape[:3]) for c in with_splits(*shape)]
     grid: list[GroupedConfig] = []
     for bm, bn, bk, (w, s) in itertools.product(_BLOCK_M, _BLOCK_N, _BLOCK_K, _WARPS_STAGES):
-        # blocks not larger than the problem (the smallest always offered); 32-wide ones only for small problems
-        if bm > max(16, per_expert) or bn > max(32, padded_block(r.cols)) or bk > max(32, padded_block(k)):
-            continue
-        if (bn == 32 and r.cols > 64) or (bk == 32 and k > 64):
-            continue
-        for sk in splits_for(r, k, bm, bn, bk):
-            cfg = GroupedConfig(bm, bn, bk, sk, w, s)
-            if cfg.shared_memory_bytes(4) <= MAX_SHARED_MEMORY_BYTES:
-                grid.append(cfg)
-    grid = list(dict.fromkeys(grid))
-    if len(grid) > limit:
-        step = len(grid) / limit
-        grid = [grid[int(i * step)] for i in range(limit)]
-    return tuple(grid)
+        if not offered(bm, bn, bk) or (bn == 32 and r.cols > 64) or (bk == 32 and k > 64):
+            continue  # 32-wide blocks only for small problems
+        grid += with_splits(bm, bn, bk, w, s)
+    grid = [c for c in dict.fromkeys(grid) if c not in known]
+    room = max(limit - len(known), 0)
+    if len(grid) > room:
+        step = len(grid) / max(room, 1)
+        grid = [grid[int(i * step)] for i in range(room)]
+    return tuple(dict.fromkeys(known + grid))[:limit]
