@@ -220,3 +220,18 @@ def test_the_experts_family_gives_mixture_of_experts_graphs_the_grouped_kind_acc
         assert sum(real.node(n).nbytes for n in real.inputs) <= 1 << 30
     with pytest.raises(GraphError, match="family must be one of mixed, experts"):
         random_graph(0, family="moe")
+
+
+def test_the_experts_family_draws_no_float16_at_real_widths_where_the_output_overflows_it() -> None:
+    real = [random_graph(seed, family="experts", dtypes=("float16", "bfloat16")) for seed in range(12)]
+    assert {g.node(g.outputs[0]).dtype for g in real} == {torch.bfloat16}
+    with pytest.raises(GraphError, match="overflow float16"):
+        random_graph(0, family="experts", dtypes=("float16",))
+    assert random_graph(0, family="experts", shape_scale="small", dtypes=("float16",)).node("y").dtype == torch.float16
+    # why: the narrowest real width drawn already overflows float16 on the collector's N(0,1) inputs
+    from fusionsearch.graph.reference import random_inputs
+
+    for dtype, finite in ((torch.float16, False), (torch.bfloat16, True)):
+        g = fs.workload("moe_ffn", T=4, D=1024, H=1408, E=4, dtype=dtype)
+        (y,) = fs.reference(g, random_inputs(g, seed=0))
+        assert bool(torch.isfinite(y).all()) == finite
