@@ -397,24 +397,36 @@ def _regressors(models: list[Any]) -> bool:
 
 
 def load_default(path: str | None = None) -> LearnedCostModel | None:
-    """The shipped model when it was trained on this device (same GPU name as `Hardware.detect()`); None
+    """The model at `path` when it was trained on this device (same GPU name as `Hardware.detect()`); None
     when there is none or it is for another GPU, or cannot be used (with a warning). The default path is read
-    at the call (settings.current().model_path), so one setting governs the search and this loader."""
+    at the call (settings.current().model_path), so one setting governs the search and this loader; where it is
+    the shipped model's, every shipped model is a candidate (one per GPU: the H200's, the H100's)."""
     path = path or settings.current().model_path
+    same = os.path.isfile(path) and os.path.isfile(settings.SHIPPED_MODEL) and os.path.samefile(
+        path, settings.SHIPPED_MODEL)
+    device = Hardware.detect().name
+    for candidate in settings.SHIPPED_MODELS if same else (path,):
+        model = _load_once(candidate)
+        if model is not None and model.hardware_ and model.hardware_.get("name") == device:
+            return model
+    return None
+
+
+def _load_once(path: str) -> LearnedCostModel | None:
+    """The model at `path`, loaded once per process and file version: the backend searches one region after
+    another, each asking for it (an .npz loads in tens of ms, a legacy skops file took seconds); None when
+    there is no file or it cannot be used (with a warning)."""
     if not os.path.isfile(path):
         return None
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _LOADED:  # once per process and file: the backend searches one region after another, each
-        try:                # asking for it (an .npz loads in tens of ms, a legacy skops file took seconds)
+    if key not in _LOADED:
+        try:
             _LOADED[key] = load(path)
         except CostModelError as e:
-            warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=2)
+            warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=3)
             return None
-    model = _LOADED[key]
-    if not model.hardware_ or model.hardware_.get("name") != Hardware.detect().name:
-        return None
-    return model
+    return _LOADED[key]
 
 
 _LOADED: dict[tuple[str, int, int], LearnedCostModel] = {}

@@ -15,6 +15,8 @@ from fusionsearch.costmodel.train import evaluate, load_dataset
 DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "fusionsearch", "datasets", "data")
 SHIPPED_MODEL_PATH = os.path.join(DATA_DIR, "costmodel.npz")
 SHIPPED_DATA_PATH = os.path.join(DATA_DIR, "h200-measurements.jsonl.gz")
+H100_MODEL_PATH = os.path.join(DATA_DIR, "costmodel-h100.npz")
+H100_DATA_PATH = os.path.join(DATA_DIR, "h100-measurements.jsonl.gz")
 
 
 def test_shipped_dataset_is_an_h200_measurement_of_at_least_100_graphs() -> None:
@@ -78,3 +80,34 @@ def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
             assert plan_id(plans[key]) == r["plan_id"]
         assert Hardware.from_dict(r["hardware"]["profile"]).name == r["hardware"]["device"] == "NVIDIA H200"
     assert len(graphs) >= 100 and len(plans) >= 1000
+
+
+def test_the_h100_model_names_its_gpu_and_ranks_its_dataset_better_than_the_analytic_model() -> None:
+    """The H100's dataset holds the decode and grouped kinds' kernels (issue 27), measured on that GPU."""
+    _, y, groups, rows = load_dataset(H100_DATA_PATH)
+    assert {r["hardware"]["device"] for r in rows} == {"NVIDIA H100 80GB HBM3"}
+    kinds = {r["kernel_kind"] for r in rows}
+    assert {"decode", "grouped", "template", "pointwise"} <= kinds and len(set(groups.tolist())) >= 90
+    model = load(H100_MODEL_PATH)
+    assert model.hardware_["name"] == "NVIDIA H100 80GB HBM3"
+    fig = evaluate(model, H100_DATA_PATH)
+    for m in ("kendall_tau", "pairwise_accuracy"):
+        assert fig[m] > fig[f"analytic_{m}"]
+    assert fig["top1_regret"] < fig["analytic_top1_regret"]
+
+
+@pytest.mark.parametrize(("device", "trained_on"), [("H100", "NVIDIA H100 80GB HBM3"), ("H200", "NVIDIA H200"),
+                                                    ("other", None)])
+def test_the_default_model_is_the_shipped_one_trained_on_this_gpu(monkeypatch: pytest.MonkeyPatch, device: str,
+                                                                   trained_on: str | None) -> None:
+    import dataclasses
+
+    from fusionsearch import hardware, settings
+    from fusionsearch.costmodel import learned
+
+    profile = {"H100": hardware.H100, "H200": hardware.H200,
+               "other": dataclasses.replace(hardware.H200, name="NVIDIA A10")}[device]
+    monkeypatch.setattr(learned.Hardware, "detect", staticmethod(lambda: profile))
+    model = learned.load_default(settings.SHIPPED_MODEL)
+    assert (model.hardware_["name"] if model is not None else None) == trained_on
+    assert learned.load_default(H100_MODEL_PATH) is (model if device == "H100" else None)  # a path: that file only
