@@ -22,9 +22,11 @@ def hardware_words(backend: str, hw_name: str, gpu_here: bool | None = None) -> 
     return f"estimated for {hw_name} ({whose})"
 
 
-def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None) -> list[dict[str, Any]]:
-    """Per kernel of the plan: what it runs and fuses (and why a prologue is not fused), bytes, flop and its
-    analytic time (µs), with the learned model's time (µs) where `learned` gives one per kernel."""
+def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None,
+                 backend: str = "model") -> list[dict[str, Any]]:
+    """Per kernel of the plan: what it runs and fuses (and why a prologue is not fused, as the `backend` that
+    judged the plan decided it), bytes, flop and its analytic time (µs), with the learned model's time (µs)
+    where `learned` gives one per kernel."""
     from fusionsearch.costmodel.analytic import estimate
 
     g = plan.graph
@@ -34,7 +36,7 @@ def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None) -> lis
         if isinstance(k, FusedMatmulKernel):
             facts |= {"matmul": k.matmul, "op": g.node(k.matmul).op, "config": k.config.short(),
                       "prologue_a": list(k.prologue_a), "prologue_b": list(k.prologue_b),
-                      "epilogue": list(k.epilogue), "not_fused": _not_fused(plan, k)}
+                      "epilogue": list(k.epilogue), "not_fused": unfused_operands(plan, k, backend)}
         elif isinstance(k, LibraryKernel):
             facts |= {"matmul": k.matmul, "op": g.node(k.matmul).op, "library": "PyTorch's matmul (cuBLAS)"}
         else:
@@ -49,16 +51,17 @@ def kernel_facts(plan: Plan, hw: Any, learned: list[float] | None = None) -> lis
     return out
 
 
-def _not_fused(plan: Plan, k: FusedMatmulKernel) -> list[dict[str, str]]:
-    """The template's operands computed by fusable work that the plan leaves unfused, with the reason (the same
-    reasoning as TuneResult.explain)."""
+def unfused_operands(plan: Plan, k: FusedMatmulKernel, backend: str) -> list[dict[str, str]]:
+    """The matmul's operands computed by fusable work that the plan leaves unfused, each with why: the bytes
+    rule, or the search's judge (a GPU measures; the interpreter and model backends rank by the cost model)."""
     g = plan.graph
+    judged = "the search measured it unfused as faster" if backend == "gpu" else \
+        "the cost model ranks it faster unfused"
     out = []
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
         root = template_operands(g, k.matmul)[side]
         if not nodes and g.node(root).op != "input" and g.node(root).kind in ("pointwise", "layout", "indexing"):
-            why = "the bytes rule refuses it" if not prologue_bytes_ok(g, k.matmul, side, [root]) else \
-                "the search measured it unfused as faster"
+            why = "the bytes rule refuses it" if not prologue_bytes_ok(g, k.matmul, side, [root]) else judged
             out.append({"side": side, "node": root, "why": why})
     return out
 
@@ -73,7 +76,7 @@ def plan_facts(plan: Plan, hw: Any, learned: list[float] | None = None, backend:
             "hardware_words": hardware_words(backend, hw.name), "bytes_read": est.bytes_read,
             "bytes_written": est.bytes_written, "flops": est.flops, "analytic_us": est.time_us,
             "learned_us": None if learned is None else sum(learned),
-            "kernels": kernel_facts(plan, hw, learned)}
+            "kernels": kernel_facts(plan, hw, learned, backend)}
 
 
 def how_words(backend: str, cost_model: str) -> str:
@@ -99,7 +102,7 @@ def search_facts(res: Any, graph_name: str = "", out: str | None = None) -> dict
                         "pruned": states.get("pruned", 0), "failed": states.get("fail", 0),
                         "by_status": dict(sorted(res.counts().items()))},
              "possible_plans": res.extra.get("possible_plans"), "study": res.study_name, "storage": res.storage,
-             "elapsed_s": res.elapsed_s, "kernels": kernel_facts(res.best, res.hardware),
+             "elapsed_s": res.elapsed_s, "kernels": kernel_facts(res.best, res.hardware, backend=res.backend),
              "out": out, "files": sorted(os.listdir(out)) if out else []}
     if res.extra.get("finalists"):
         facts["finalists"] = res.extra["finalists"]

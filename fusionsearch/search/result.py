@@ -97,7 +97,7 @@ class TuneResult:
     def explain(self) -> str:
         """Per kernel of the best plan: what is fused and why, bytes, predicted time; then the trial counts."""
         from fusionsearch.costmodel.analytic import estimate
-        from fusionsearch.plan import prologue_bytes_ok, template_operands
+        from fusionsearch.search.facts import unfused_operands
 
         est = estimate(self.best, self.hardware)
         g = self.graph
@@ -109,14 +109,12 @@ class TuneResult:
             head = f"  kernel {ke.index}: {k.kind}"
             if isinstance(k, FusedMatmulKernel):
                 head += f" {g.node(k.matmul).op} {k.matmul} [{k.config.short()}]"
+                unfused = {u["side"]: u for u in unfused_operands(self.best, k, self.backend)}
                 for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
-                    root = template_operands(g, k.matmul)[side]
                     if nodes:
                         head += f"\n      prologue {side}: {', '.join(nodes)} fused (reads the inputs in the K loop)"
-                    elif g.node(root).op != "input" and g.node(root).kind in ("pointwise", "layout", "indexing"):
-                        why = ("the bytes rule refuses it" if not prologue_bytes_ok(
-                            g, k.matmul, side, [root]) else "the search measured it unfused as faster")
-                        head += f"\n      prologue {side}: {root} not fused ({why})"
+                    elif side in unfused:
+                        head += f"\n      prologue {side}: {unfused[side]['node']} not fused ({unfused[side]['why']})"
                 if k.epilogue:
                     head += f"\n      epilogue: {', '.join(k.epilogue)} fused"
             elif isinstance(k, LibraryKernel):

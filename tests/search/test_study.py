@@ -898,3 +898,25 @@ def test_a_search_with_no_valid_plan_says_its_commonest_reasons(monkeypatch: pyt
         run_study(g, SearchOptions(trials=5, backend="interpret", bytes_rule=None))
     assert "no trial produced a valid plan" in str(e.value)
     assert re.search(r"reasons: [1-5]x numbers off \(x\)", str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize(("backend", "why"), [("gpu", "the search measured it unfused as faster"),
+                                              ("interpret", "the cost model ranks it faster unfused"),
+                                              ("model", "the cost model ranks it faster unfused")])
+def test_an_unfused_prologue_is_explained_by_what_judged_the_plan(backend: str, why: str) -> None:
+    """Only a GPU measures: the interpreter and model backends must not claim a measurement."""
+    from fusionsearch.search.facts import kernel_facts, unfused_operands
+
+    from fusionsearch import plan as plans
+
+    g = fs.workload("scale_mm", **SMALL["scale_mm"])
+    plan = plans.unfused(g)
+    mm = next(k for k in plan.kernels if isinstance(k, FusedMatmulKernel))
+    (a,) = unfused_operands(plan, mm, backend)
+    assert a["side"] == "A" and a["why"] == why
+    facts = kernel_facts(plan, fs.costmodel.H200, backend=backend)
+    assert [f["not_fused"] for f in facts if "not_fused" in f] == [[a]]
+    cast = fs.workload("cast_mm", **SMALL["cast_mm"])  # fp32 read for a bf16 operand: more bytes than unfused
+    cast_plan = plans.unfused(cast)
+    cmm = next(k for k in cast_plan.kernels if isinstance(k, FusedMatmulKernel))
+    assert [u["why"] for u in unfused_operands(cast_plan, cmm, backend)] == ["the bytes rule refuses it"]
