@@ -905,18 +905,17 @@ def test_a_search_with_no_valid_plan_says_its_commonest_reasons(monkeypatch: pyt
                                               ("model", "the cost model ranks it faster unfused")])
 def test_an_unfused_prologue_is_explained_by_what_judged_the_plan(backend: str, why: str) -> None:
     """Only a GPU measures: the interpreter and model backends must not claim a measurement."""
+    from fusionsearch.plan import unfused
     from fusionsearch.search.facts import kernel_facts, unfused_operands
 
-    from fusionsearch import plan as plans
-
     g = fs.workload("scale_mm", **SMALL["scale_mm"])
-    plan = plans.unfused(g)
+    plan = unfused(g)
     mm = next(k for k in plan.kernels if isinstance(k, FusedMatmulKernel))
     (a,) = unfused_operands(plan, mm, backend)
     assert a["side"] == "A" and a["why"] == why
     facts = kernel_facts(plan, fs.costmodel.H200, backend=backend)
     assert [f["not_fused"] for f in facts if "not_fused" in f] == [[a]]
     cast = fs.workload("cast_mm", **SMALL["cast_mm"])  # fp32 read for a bf16 operand: more bytes than unfused
-    cast_plan = plans.unfused(cast)
+    cast_plan = unfused(cast)
     cmm = next(k for k in cast_plan.kernels if isinstance(k, FusedMatmulKernel))
     assert [u["why"] for u in unfused_operands(cast_plan, cmm, backend)] == ["the bytes rule refuses it"]
