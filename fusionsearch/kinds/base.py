@@ -96,6 +96,11 @@ class MatmulKind(KernelKind):
         """Whether this kind can run matmul node `mm` at all."""
         return True
 
+    def required_prologue(self, g: OpGraph, mm: str) -> dict[str, tuple[str, ...]]:
+        """The nodes this kind must fuse into `mm`'s operand loads, by side ("A", "B"): the search fuses them
+        whenever it runs `mm` as this kind, as every plan without them would be illegal."""
+        return {}
+
     @abstractmethod
     def choices(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
                 limit: int) -> tuple[str, ...]:

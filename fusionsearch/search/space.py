@@ -124,7 +124,12 @@ class Space:
 
     def plan(self, params: Mapping[str, object]) -> Plan:
         """The plan for a full set of trial parameters; PlanError when the combination is illegal."""
-        decisions = self.decisions({k: str(v) for k, v in params.items() if k.endswith(".fusion")})
+        fusion = {k: str(v) for k, v in params.items() if k.endswith(".fusion")}
+        for i, mm in enumerate(self.matmuls):
+            kind_name = dict(self._others(i)).get(str(params.get(f"mm{i}.config")))
+            if kind_name is not None:
+                fusion.update(self._required_fusion(i, mm, kind_name))
+        decisions = self.decisions(fusion)
         configs, library, makers = {}, [], {}
         for i, mm in enumerate(self.matmuls):
             label = params.get(f"mm{i}.config")
@@ -135,6 +140,20 @@ class Space:
                 makers[mm] = _maker(other, mm, str(label))
             configs[mm] = next((c for c in self.configs[i] if c.short() == label), self.configs[i][0])
         return build_plan(self.graph, decisions, configs, library=library, matmul_kernels=makers)
+
+    def _required_fusion(self, i: int, mm: str, kind_name: str) -> dict[str, str]:
+        """The fusion options that the matmul kind `kind_name` needs for matmul `mm` (its required prologue's
+        groups as prologues of `mm`), so that a trial choosing the kind never draws an illegal plan."""
+        kind = get(kind_name)
+        if not isinstance(kind, MatmulKind):
+            return {}
+        out = {}
+        for side, nodes in kind.required_prologue(self.graph, mm).items():
+            option = f"prologue:mm{i}:{side}"
+            for grp in self.groups:
+                if option in grp.options and set(grp.nodes) & set(nodes):
+                    out[f"{grp.key}.fusion"] = option
+        return out
 
     def params_for(self, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
                    library: bool = False) -> dict[str, str]:

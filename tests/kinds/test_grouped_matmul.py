@@ -170,3 +170,26 @@ def test_the_measured_block_shapes_lead_the_offer_and_every_pipeline_fits_for_it
         assert all(c.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES for c in offer)
         # the 128x256x64 3-stage pipeline (measured fastest at prefill) fits in bfloat16 only
         assert ((128, 256, 64, 8, 3) in shapes) == (tokens == 512 and dtype == torch.bfloat16)
+
+
+def test_choosing_the_grouped_kind_fuses_its_expert_gather_so_no_draw_is_illegal() -> None:
+    """The grouped kernel reads each expert's weight itself: a trial that picks it with the gather left
+    standalone was illegal (6 of 32 trials of the T16 search on an H100); now the gather comes with the kind."""
+    import itertools
+
+    g = fs.workload("moe_ffn", T=3, D=24, H=40, E=4)
+    space = enumerate_space(g)
+    grouped_drawn = 0
+    for params in itertools.islice(space.every_params(), 0, None, 211):
+        plan = space.plan(params)  # PlanError before: about 30% of these combinations
+        for i, mm in enumerate(space.matmuls):
+            k = next(k for k in plan.kernels if isinstance(k, FusedMatmulKernel) and k.matmul == mm)
+            if str(params[f"mm{i}.config"]).startswith("grouped"):
+                grouped_drawn += 1
+                assert isinstance(k, GroupedKernel)
+                assert set(expert_routing(g, mm).chain) <= set(k.prologue_b)
+            else:  # other kinds keep the drawn fusion of that group as it was
+                chain_group = next(grp for grp in space.groups if expert_routing(g, mm).chain[0] in grp.nodes)
+                fused = params[f"{chain_group.key}.fusion"] == f"prologue:mm{i}:B"
+                assert bool(k.prologue_b) == fused
+    assert grouped_drawn > 100

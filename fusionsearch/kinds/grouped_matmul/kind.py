@@ -32,6 +32,10 @@ class GroupedKind(MatmulKind):
     def accepts(self, g: OpGraph, mm: str) -> bool:
         return expert_routing(g, mm) is not None
 
+    def required_prologue(self, g: OpGraph, mm: str) -> dict[str, tuple[str, ...]]:
+        """The expert-weight gather and what follows it: the grouped kernel reads each expert's weight itself."""
+        return {"B": routing(g, mm).chain}
+
     def choices(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
                 limit: int) -> tuple[str, ...]:
         return tuple(c.short() for c in grouped_candidates(g, mm, routing(g, mm), limit))
