@@ -7,9 +7,11 @@ model and interpret backends; one per GPU is the same code with CUDA_VISIBLE_DEV
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -98,7 +100,17 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, kind: str, capl
             time.sleep(0.05)
 
     def running_workers() -> list[str]:
+        """The workers of the running trials; [] when the store cannot be read at once. Never waits on SQLite's
+        lock: a frozen worker may hold it mid-commit, and a watcher waiting for it (60 s a try) kept that worker
+        frozen for ten minutes of a CI run while the other worker died on the lock."""
         try:
+            if kind == "sqlite":
+                with contextlib.closing(sqlite3.connect(f"file:{tmp_path / 'study.db'}?mode=ro", uri=True,
+                                                        timeout=0.2)) as db:
+                    rows = db.execute("SELECT a.value_json FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                                      "JOIN trial_user_attributes a ON a.trial_id = t.trial_id AND a.key = 'worker' "
+                                      "WHERE s.study_name = 'kill' AND t.state = 'RUNNING'").fetchall()
+                return [str(json.loads(value)) for (value,) in rows]
             study = optuna.load_study(study_name="kill", storage=make_storage(url, 1))
             return [str(t.user_attrs.get("worker", "")) for t in
                     study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
