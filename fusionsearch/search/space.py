@@ -125,11 +125,6 @@ class Space:
     def plan(self, params: Mapping[str, object]) -> Plan:
         """The plan for a full set of trial parameters; PlanError when the combination is illegal."""
         fusion = {k: str(v) for k, v in params.items() if k.endswith(".fusion")}
-        for i, mm in enumerate(self.matmuls):
-            kind_name = dict(self._others(i)).get(str(params.get(f"mm{i}.config")))
-            if kind_name is not None:
-                fusion.update(self._required_fusion(i, mm, kind_name))
-        decisions = self.decisions(fusion)
         configs, library, makers = {}, [], {}
         for i, mm in enumerate(self.matmuls):
             label = params.get(f"mm{i}.config")
@@ -138,7 +133,9 @@ class Space:
             other = dict(self._others(i)).get(str(label))
             if other is not None:
                 makers[mm] = _maker(other, mm, str(label))
+                fusion.update(self._required_fusion(i, mm, other))
             configs[mm] = next((c for c in self.configs[i] if c.short() == label), self.configs[i][0])
+        decisions = self.decisions(fusion)
         return build_plan(self.graph, decisions, configs, library=library, matmul_kernels=makers)
 
     def _required_fusion(self, i: int, mm: str, kind_name: str) -> dict[str, str]:
