@@ -98,9 +98,10 @@ H200 = Hardware(
     launch_us=4.0,
 )
 
-# H100 SXM (80GB HBM3): a device copy moves 3.00e12 B/s and an 8192^3 bf16 mm runs at 694-783 TFLOP/s
-# across four runs of benchmarks/suite.py's ceilings (benchmarks/results/h100-2026-12-05b-*); the H200's
-# bandwidth (4.27e12) priced the H100's memory-bound kernels 1.42x too fast.
+# H100 SXM (80GB HBM3): a device copy moves 2.999-3.003e12 B/s and an 8192^3 bf16 mm runs at 694-788 TFLOP/s
+# (median 745) in the seven runs of measure.bench.measure_ceilings under benchmarks/results/h100-2026-12-05b-*
+# (suite.py and the decode and grouped sweeps); the H200's bandwidth (4.27e12) priced the H100's memory-bound
+# kernels 1.42x too fast.
 H100 = replace(H200, name="NVIDIA H100 80GB HBM3", bandwidth_bytes_per_s=3.00e12,
                 peak_flops={**H200.peak_flops, "bfloat16": 740e12, "float16": 740e12, "int8": 1480e12})
 
