@@ -25,7 +25,8 @@ from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.kinds.decode_matmul.configs import splits_for
+from fusionsearch.kinds.decode_matmul.configs import splits_for, unpacks_pairs
+from fusionsearch.kinds.decode_matmul.kernel import pairs_fit
 from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
 from fusionsearch.measure import validate
 from fusionsearch.measure.bench import benchmark, kernel_times, measure_ceilings
@@ -50,7 +51,9 @@ WARPS_STAGES = {"dot": ((4, 3), (4, 5), (8, 4)), "dot_t": ((4, 3), (4, 5), (8, 4
 
 
 def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
-    m = problem(g, mm).m
+    """The grid, and where B's K is unpacked from pairs (int4) each config's pairs form that fits."""
+    p = problem(g, mm)
+    m, pairs = p.m, unpacks_pairs(g, mm)
     out = []
     for product, (bns, bks) in GRID.items():
         if product == "fma" and m > 4:
@@ -60,6 +63,8 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
                 if cfg.shared_memory_bytes(2) <= 220 * 1024:
                     out.append(cfg)
+                    if pairs and pairs_fit(p.k, bk, sk) and bk >= 32:
+                        out.append(dataclasses.replace(cfg, pairs=True))
     return list(dict.fromkeys(out))
 
 

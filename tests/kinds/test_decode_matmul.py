@@ -57,6 +57,70 @@ def test_fully_fused_decode_plans_match_float64(name: str, shape: dict[str, int]
     assert fs.measure.validate(plan, g, inputs).ok
 
 
+PAIRS = [DecodeConfig(32, 32, 1, 4, 2, "dot", True), DecodeConfig(16, 32, 3, 4, 3, "dot_t", True),
+         DecodeConfig(64, 16, 2, 4, 2, "fma", True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("cfg", PAIRS, ids=lambda c: c.product)
+@pytest.mark.parametrize("shape", [{"M": 3, "K": 96, "N": 40, "G": 16}, {"M": 1, "K": 192, "N": 24, "G": 64}],
+                         ids=["G16", "G64"])
+def test_the_pairs_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg: DecodeConfig,
+                                                      dtype: torch.dtype) -> None:
+    """Both nibbles from one byte load, the group scales a row a K block where the group holds the block."""
+    g = fs.workload("w4_dequant_mm", dtype=dtype, **shape)
+    plan = decode_plan(P.fully_fused(g), cfg)
+    inputs = fs.random_inputs(g, seed=5)
+    (ref,) = fs.reference(g, inputs, float64=True)
+    compiled = fs.compile_plan(plan)
+    (out,) = compiled(*inputs)
+    (tol,) = output_tolerances(g)
+    assert out.dtype == dtype and rel_error(out, ref) <= tol, rel_error(out, ref)
+    loop = compiled.source.split("for k_tile in")[1].split("ws_off")[0]
+    assert loop.count("tl.load(in1_ptr") == 1  # the packed weight: one load a K block for both parities
+
+
+PAIR_CASES = [(n, s, product) for n, s in [*CASES[:-1], ("w8_dequant_mm", {"M": 4, "K": 64, "N": 24}),
+                                            ("mm_bias_gelu", {"M": 2, "K": 64, "N": 50})]
+              for product in ("dot", "dot_t", "fma") if s["K"] % (16 if product == "fma" else 32) == 0]
+
+
+@pytest.mark.parametrize(("name", "shape", "product"), PAIR_CASES,
+                         ids=[f"{n}-{'-'.join(map(str, s.values()))}-{p}" for n, s, p in PAIR_CASES])
+def test_the_pairs_form_of_any_prologue_matches_float64(name: str, shape: dict[str, int], product: str) -> None:
+    """The pairs form is a reading of K, not an int4 rewrite: every listed prologue (casts, gathers, scales,
+    int8) and the epilogue give the float64 answer through it, in fp16 (K a whole number of blocks: the cases
+    whose K is not are refused, tested below)."""
+    g = fs.workload(name, dtype=torch.float16, **shape)
+    block_k = 16 if product == "fma" else 32
+    blocks = shape["K"] // block_k
+    plan = decode_plan(P.fully_fused(g), DecodeConfig(32, block_k, 2 if blocks % 2 == 0 else 1, 4, 2, product, True))
+    inputs = fs.random_inputs(g, seed=11)
+    refs = fs.reference(g, inputs, float64=True)
+    out = fs.compile_plan(plan)(*inputs)
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    for o, ref, tol in zip(outs, refs, output_tolerances(g), strict=True):
+        assert rel_error(o, ref) <= tol, rel_error(o, ref)
+
+
+def test_pairs_are_offered_for_int4_only_and_refused_where_k_blocks_do_not_divide() -> None:
+    w4 = fs.workload("w4_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512, G=128)
+    offered = decode_candidates(w4, "y", 48)
+    assert offered[0].pairs and sum(c.pairs for c in offered) >= 10
+    assert all(4096 % c.block_k == 0 and (4096 // c.block_k) % c.split_k == 0 for c in offered if c.pairs)
+    w8 = fs.workload("w8_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512)
+    assert not any(c.pairs for c in decode_candidates(w8, "y", 48))
+    small = fs.workload("w4_dequant_mm", dtype=torch.float32, M=3, K=96, N=40, G=16)
+    with pytest.raises(PlanError, match=r"pairs need K \(96\) a whole number of K blocks \(32\)"):
+        decode_plan(P.fully_fused(small), DecodeConfig(32, 32, 2, 4, 2, "dot", True))
+    with pytest.raises(PlanError, match="block_k at least 32 for product 'dot' in pairs"):
+        DecodeConfig(32, 16, 1, 4, 2, "dot", True)
+    cfg = DecodeConfig(32, 32, 3, 4, 2, "dot_t", True)
+    assert cfg.short().endswith(" pairs") and DecodeConfig.from_short(cfg.short()) == cfg
+    plan = decode_plan(P.fully_fused(small), cfg)
+    assert Plan.from_json(plan.to_json(), small) == plan
+
+
 def test_a_linear_over_a_3d_input_and_an_unfused_decode_kernel() -> None:
     x, w, b = torch.randn(2, 3, 40), torch.randn(24, 40), torch.randn(24)
     g = fs.capture(lambda x, w, b: torch.nn.functional.linear(x, w, b).relu(), x, w, b)

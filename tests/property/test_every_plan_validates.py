@@ -620,7 +620,8 @@ decode_configs = st.sampled_from(["dot", "dot_t", "fma"]).flatmap(lambda product
     num_warps=st.sampled_from([2, 4]),
     num_stages=st.sampled_from([1, 2, 3]),
     product=st.just(product),
-))
+)).flatmap(lambda c: st.sampled_from([c, replace(c, pairs=True)])  # K in even and odd halves where it fits
+           if c.block_k >= (16 if c.product == "fma" else 32) else st.just(c))
 grouped_configs = st.builds(  # blocks of pairs about the problem's size, split-K on short K steps
     GroupedConfig,
     block_m=st.sampled_from([16, 32]),
@@ -652,6 +653,13 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
             configs.append(space.configs[i])
         elif decode and draw(st.booleans()):  # half the matmuls the decode kind may run
             cfg = draw(st.one_of(st.sampled_from(decode).map(DecodeConfig.from_short), decode_configs, decode_configs))
+            if cfg.pairs:  # K in even and odd halves: blocks that divide this K, or the plain form where none do
+                k, least = problem(g, mm).k, 16 if cfg.product == "fma" else 32
+                fits = [b for b in (least, 2 * least) if k % b == 0]
+                block_k = draw(st.sampled_from(fits)) if fits else cfg.block_k
+                splits = [d for d in (1, 2, 3, 8) if (k // block_k) % d == 0]
+                cfg = replace(cfg, block_k=block_k, split_k=draw(st.sampled_from(splits))) if fits else \
+                    replace(cfg, pairs=False)
             others.append(offered if cfg.short() in decode else (*offered, (cfg.short(), "decode")))
             configs.append(space.configs[i])
         else:
@@ -735,6 +743,8 @@ def _record(g: OpGraph, plan: Plan, space: Space, candidates: tuple[tuple[TileCo
             note(f"grouped kernel, split-K {'> 1' if k.config.split_k > 1 else '1'}")
         if isinstance(k, DecodeKernel):
             note(f"decode kernel, {k.config.product}")
+            if k.config.pairs:
+                note("decode kernel, pairs")
             if k.prologue_a or k.prologue_b or k.epilogue:
                 STATS["decode kernel with a fused node"] += 1
         if not isinstance(k, TemplateKernel):

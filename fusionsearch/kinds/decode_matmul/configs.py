@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.kinds.decode_matmul.kernel import DECODE_MAX_M, DecodeConfig
-from fusionsearch.plan.matmul import problem
+from fusionsearch.kinds.decode_matmul.kernel import DECODE_MAX_M, DecodeConfig, pairs_fit
+from fusionsearch.plan.matmul import problem, template_operands
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
@@ -47,9 +48,38 @@ def splits_for(g: OpGraph, mm: str, block_n: int, block_k: int) -> tuple[int, ..
     return tuple(dict.fromkeys((split, min(split * 2, most, 64))))
 
 
+def unpacks_pairs(g: OpGraph, mm: str) -> bool:
+    """Whether `mm`'s B operand comes (through layout and pointwise ops) from a reshape that makes its K of
+    pairs, [.., K/2, 2, ..] -> [.., K, ..]: int4 nibbles unpacked from bytes, what the pairs form reads once."""
+    k = problem(g, mm).k
+    todo, seen = [template_operands(g, mm)["B"]], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        node = g.node(n)
+        if node.kind not in ("layout", "pointwise"):
+            continue
+        if node.op in ("view", "reshape") and k in node.shape:
+            src = g.node(node.inputs[0]).shape
+            if any(a == k // 2 and b == 2 for a, b in zip(src, src[1:], strict=False)):
+                return True
+        todo.extend(node.inputs)
+    return False
+
+
+def _paired(configs: list[DecodeConfig], k: int) -> list[DecodeConfig]:
+    """The pairs form of each config that can take it (K blocks shared evenly, half a K block enough for its
+    product)."""
+    return [replace(c, pairs=True) for c in configs
+            if pairs_fit(k, c.block_k, c.split_k) and c.block_k >= (16 if c.product == "fma" else 32)]
+
+
 def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
     """Up to `limit` decode configs for `mm`: the known-good ones, then an even spread over the grid (blocks not
-    larger than the padded problem, a pipeline that fits shared memory), fma only for up to 4 rows."""
+    larger than the padded problem, a pipeline that fits shared memory), fma only for up to 4 rows. Where B's
+    K is unpacked from pairs (int4 nibbles), the pairs form of each config that can take it leads."""
     p = problem(g, mm)
     itemsize = 4  # the widest operand: keeps every pipeline inside shared memory whatever the dtypes
 
@@ -65,6 +95,9 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
                 if cfg.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES:
                     grid.append(cfg)
     fixed = [c for c in KNOWN_GOOD if c.product != "fma" or p.m <= 4]
+    if unpacks_pairs(g, mm):
+        fixed = [*_paired(fixed, p.k), *fixed]
+        grid = [x for c in grid for x in (*_paired([c], p.k), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
     if len(rest) > room:

@@ -20,7 +20,10 @@ PRODUCTS = ("dot", "dot_t", "fma")
 dot_t: tl.dot(B^T [BLOCK_N, BLOCK_K], A^T [BLOCK_K, BLOCK_M]): the weight is the dot's left operand, which
 Hopper's wgmma reads from registers where a prologue computed it, and BLOCK_N rows fill its 64-row minimum;
 fma: the products in fp32 on the CUDA cores, summed over the K block, BLOCK_M = M padded to a power of two
-(no padding to 16: one row costs one row)."""
+(no padding to 16: one row costs one row).
+Any of them in `pairs`: the K block read as its even and its odd K (two products of BLOCK_K / 2), so that a
+prologue that unpacks two values from one byte (int4 nibbles: [K/2, 2, N] viewed as [K, N]) loads the byte once
+and keeps its shift and a group scale's index out of the per-element work."""
 _MAX_BLOCK_N, _MAX_BLOCK_K, _MAX_SPLIT, _MAX_WARPS, _MAX_STAGES = 1024, 512, 64, 16, 8
 
 
@@ -36,22 +39,26 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 3
     product: str = "dot"
+    pairs: bool = False
 
     def __post_init__(self) -> None:
         if self.product not in PRODUCTS:
             raise PlanError(f"decode config product must be one of {', '.join(PRODUCTS)}, got {show(self.product)}")
+        if not isinstance(self.pairs, bool):
+            raise PlanError(f"decode config pairs must be true or false, got {show(self.pairs)}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "product" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if f.name not in ("product", "pairs") and (isinstance(value, bool) or not isinstance(value, int)
+                                                       or value < 1):
                 raise PlanError(f"decode config {f.name} must be a positive integer, got {show(value)}")
         for key in ("block_n", "block_k", "num_warps"):
             v = getattr(self, key)
             if v & (v - 1):
                 raise PlanError(f"decode config {key} must be a power of two, got {show(v)}")
-        least_k = 8 if self.product == "fma" else 16  # tl.dot's smallest K block is 16
+        least_k = (8 if self.product == "fma" else 16) * (2 if self.pairs else 1)  # tl.dot's smallest K is 16
         if self.block_n < 16 or self.block_k < least_k:
             raise PlanError(f"decode config block_n must be at least 16 and block_k at least {least_k} "
-                            f"for product {self.product!r}")
+                            f"for product {self.product!r}{' in pairs' if self.pairs else ''}")
         bounds = {"block_n": _MAX_BLOCK_N, "block_k": _MAX_BLOCK_K, "split_k": _MAX_SPLIT, "num_warps": _MAX_WARPS,
                   "num_stages": _MAX_STAGES}
         for key, most in bounds.items():
@@ -69,17 +76,25 @@ class DecodeConfig:
 
     def short(self) -> str:
         return (f"decode {self.product} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
-                f"s{self.num_stages}")
+                f"s{self.num_stages}{' pairs' if self.pairs else ''}")
 
     @staticmethod
     def from_short(label: str) -> DecodeConfig:
         """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
-        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)", label)
+        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?", label)
         if found is None:
             raise PlanError(f"{label!r} is not a decode config label (like 'decode dot n64 k256 sk8 w4 s3')")
-        product, *numbers = found.groups()
+        product, *numbers, pairs = found.groups()
         bn, bk, sk, w, s = map(int, numbers)
-        return DecodeConfig(bn, bk, sk, w, s, product)
+        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None)
+
+
+def pairs_fit(k: int, block_k: int, split_k: int) -> bool:
+    """Whether K is a whole number of K blocks that the splits run share evenly (the pairs form reads no mask
+    on K: its index is affine in the block number)."""
+    blocks = k // block_k
+    split = max(1, min(split_k, blocks))
+    return k % block_k == 0 and blocks % split == 0
 
 
 @dataclass(frozen=True)
@@ -96,10 +111,13 @@ class DecodeKernel(FusedMatmulKernel):
 
     def check(self, g: OpGraph, i: int, shared_memory_bytes: int | None) -> None:
         super().check(g, i, shared_memory_bytes)
-        m = problem(g, self.matmul).m
-        if m > DECODE_MAX_M:
+        p = problem(g, self.matmul)
+        if p.m > DECODE_MAX_M:
             raise PlanError(f"kernel {i}: the decode matmul takes at most {DECODE_MAX_M} rows; {self.matmul!r} has "
-                            f"{m}: run it as a template")
+                            f"{p.m}: run it as a template")
+        if self.config.pairs and not pairs_fit(p.k, self.config.block_k, self.config.split_k):
+            raise PlanError(f"kernel {i}: the decode config's pairs need K ({p.k}) a whole number of K blocks "
+                            f"({self.config.block_k}) that its splits ({self.config.split_k}) share evenly")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> DecodeKernel:

@@ -29,10 +29,12 @@ from fusionsearch.plan.matmul import problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
 
 _PRODUCT = {
-    "dot": "acc = tl.dot(a, b, acc{precision})",
-    "dot_t": "acc = tl.dot(b, a, acc{precision})",  # B^T [BLOCK_N, BLOCK_K] @ A^T [BLOCK_K, BLOCK_M]
-    "fma": "acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)",
+    "dot": "acc = tl.dot(a{s}, b{s}, acc{precision})",
+    "dot_t": "acc = tl.dot(b{s}, a{s}, acc{precision})",  # B^T [BLOCK_N, BLOCK_K] @ A^T [BLOCK_K, BLOCK_M]
+    "fma": "acc += tl.sum(a{s}.to(tl.float32)[:, :, None] * b{s}.to(tl.float32)[None, :, :], axis=1)",
 }
+_FMA_PAIRS = ("acc += tl.sum(a_e.to(tl.float32)[:, :, None] * b_e.to(tl.float32)[None, :, :] + "
+              "a_o.to(tl.float32)[:, :, None] * b_o.to(tl.float32)[None, :, :], axis=1)")
 
 
 def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
@@ -63,15 +65,32 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
              else "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     hoist, loop = src.child(), src.child(1)
     k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
-    loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
+    pairs = k.config.pairs
+    if pairs:
+        if not even_k:
+            raise CodegenError(f"matmul {k.matmul!r}: the decode pairs form needs K ({p.k}) a whole number of "
+                               f"K blocks that the splits share evenly")
+        hoist.line("kp = tl.arange(0, BLOCK_K // 2)")
+        loop.line(f"kb = {k_tile}")
+    else:
+        loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
     if not even_k:
         loop.line("mask_k = idx_k < K")
     op_dtype = g.node(template_operands(g, k.matmul)["A"]).dtype
-    shapes = ({"A": "(BLOCK_K, BLOCK_M)", "B": "(BLOCK_N, BLOCK_K)"} if transposed
-              else {"A": "(BLOCK_M, BLOCK_K)", "B": "(BLOCK_K, BLOCK_N)"})
-    load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes)
+    bk = "BLOCK_K // 2" if pairs else "BLOCK_K"
+    shapes = ({"A": f"({bk}, BLOCK_M)", "B": f"(BLOCK_N, {bk})"} if transposed
+              else {"A": f"(BLOCK_M, {bk})", "B": f"({bk}, BLOCK_N)"})
+    parities = tuple((MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed, parity=par,
+                                 block_k=cfg.block_k), suffix)
+                     for par, suffix in ((0, "_e"), (1, "_o"))) if pairs else ()
+    load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes,
+                  parities=parities)
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
-    loop.line(_PRODUCT[product].format(precision=precision))
+    if pairs and product == "fma":
+        loop.line(_FMA_PAIRS)
+    else:
+        for suffix in ("_e", "_o") if pairs else ("",):
+            loop.line(_PRODUCT[product].format(precision=precision, s=suffix))
     src.splice(hoist)
     src.line(f"for k_tile in tl.range({k_tiles}, num_stages={cfg.num_stages}):")
     src.splice(loop)

@@ -15,6 +15,7 @@ from fusionsearch.kinds.triton_source.dtypes import Value, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.kinds.triton_source.tile import (
+    Affine,
     Buffers,
     Idx,
     TileEvaluator,
@@ -52,18 +53,29 @@ def k_slices(p: Problem, block_k: int, split_k: int) -> tuple[int, int, bool]:
 class MatmulTile:
     """The tile's index components for A, B and the output, masks dropped where the size divides evenly."""
 
-    def __init__(self, p: Problem, bm: int, bn: int, even_k: bool, n: str = "n", transposed: bool = False) -> None:
+    def __init__(self, p: Problem, bm: int, bn: int, even_k: bool, n: str = "n", transposed: bool = False,
+                 parity: int | None = None, block_k: int = 0) -> None:
         """`n`: the suffix of the output columns' index and mask names (idx_n, mask_n; idx_nh, mask_nh for
         an epilogue's column half). `transposed`: the operands are read as A^T [BLOCK_K, BLOCK_M] and
-        B^T [BLOCK_N, BLOCK_K] (a dot with the weight on the left: decode_matmul's `dot_t`)."""
+        B^T [BLOCK_N, BLOCK_K] (a dot with the weight on the left: decode_matmul's `dot_t`). `parity` (0 or 1,
+        with `block_k` and K a whole number of blocks): the tile holds only the even or odd K of the block,
+        k = kb * BLOCK_K + 2 * kp + parity for kp in [0, BLOCK_K / 2), an Affine index (decode_matmul's
+        nibble pairs)."""
         mm = None if p.m % bm == 0 else "mask_m"
         mn = None if p.n % bn == 0 else f"mask_{n}"
         mk = None if even_k else "mask_k"
         rows, cols = ("[None, :]", "[:, None]") if transposed else ("[:, None]", "[None, :]")
         self.m_row = Idx(f"idx_m{rows}", f"{mm}{rows}" if mm else None)
         self.n_col = Idx(f"idx_{n}{cols}", f"{mn}{cols}" if mn else None)
-        self.k_col = Idx(f"idx_k{cols}", f"{mk}{cols}" if mk else None)
-        self.k_row = Idx(f"idx_k{rows}", f"{mk}{rows}" if mk else None)
+        if parity is None:
+            self.k_col = Idx(f"idx_k{cols}", f"{mk}{cols}" if mk else None)
+            self.k_row = Idx(f"idx_k{rows}", f"{mk}{rows}" if mk else None)
+        else:
+            if not even_k or block_k % 2 or p.k % block_k:
+                raise CodegenError("internal: a K parity tile needs K a whole number of even K blocks")
+            blocks = p.k // block_k
+            self.k_col, self.k_row = (Idx.of(Affine((("kb", block_k, blocks), (f"kp{d}", 2, block_k // 2)), parity))
+                                      for d in (cols, rows))
         self.b = Idx("pid_b")
 
 
@@ -191,26 +203,29 @@ def finish_tile(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source,
 
 def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source, hoist: Source, buffers: Buffers,
                   upcast: bool, even_k: bool, op_dtype: torch.dtype, shapes: dict[str, str],
-                  tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None) -> None:
+                  tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None,
+                  parities: tuple[tuple[MatmulTile, str], ...] = ()) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
     is not a whole number of blocks, zero past K (the prologue may map 0 to something else: exp, +1, ...).
     `t_b`: B's index components where they are not A's (the grouped matmul: one expert's weight for a block of
-    pairs from different batches)."""
+    pairs from different batches). `parities`: instead of `t`, tiles of the even and odd K with the suffix of
+    their variables (`a_e`, `b_e`, ...), evaluated by one evaluator a side, so a byte both read is loaded once."""
     ops = template_operands(g, k.matmul)
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
-        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast, hoist=hoist, loop_tokens=("idx_k", "mask_k"),
-                           tiles=(tiles or {}).get(side))
-        v = ev.value(ops[side], operand_index(g, k.matmul, side, t_b if side == "B" and t_b else t))
-        var = side.lower()
-        operand = convert(v.name, v.dtype, op_dtype)
-        if nodes:
-            operand = f"tl.broadcast_to({operand}, {shapes[side]})"
-        loop.line(f"{var} = {operand}")
-        if nodes and not even_k:
-            kmask = t.k_col.mask if side == "A" else t.k_row.mask
-            loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")
+        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast, hoist=hoist,
+                           loop_tokens=("idx_k", "mask_k", "kb"), tiles=(tiles or {}).get(side))
+        for tile, suffix in parities or ((t_b if side == "B" and t_b else t, ""),):
+            v = ev.value(ops[side], operand_index(g, k.matmul, side, tile))
+            var = side.lower() + suffix
+            operand = convert(v.name, v.dtype, op_dtype)
+            if nodes:
+                operand = f"tl.broadcast_to({operand}, {shapes[side]})"
+            loop.line(f"{var} = {operand}")
+            if nodes and not even_k:
+                kmask = t.k_col.mask if side == "A" else t.k_row.mask
+                loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")
 
 
 def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers,

@@ -20,12 +20,64 @@ from fusionsearch.kinds.triton_source.emit import Source
 
 
 @dataclass(frozen=True)
+class Affine:
+    """An index known as a sum of scaled variables, each in [0, extent), plus a constant: what lets a reshape
+    split it by a divisor without dividing per element. The decode matmul's nibble-pair form reads K as
+    k = kb * BLOCK_K + 2 * kp + parity, so the nibble unpack's k // 2 and k % 2 become kb * BLOCK_K / 2 + kp and
+    the parity, and a group scale's k // G (G a multiple of BLOCK_K) the scalar kb // (G / BLOCK_K)."""
+
+    terms: tuple[tuple[str, int, int], ...]  # (Triton expression, coefficient, extent)
+    const: int = 0
+
+    def span(self) -> int:
+        """The largest value the index takes."""
+        return sum(c * (e - 1) for _, c, e in self.terms) + self.const
+
+    def expr(self) -> str:
+        parts = [v if c == 1 else f"{v} * {c}" for v, c, e in self.terms if e > 1]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return parts[0] if len(parts) == 1 else f"({' + '.join(parts)})"
+
+    def scaled(self, factor: int) -> Affine:
+        return Affine(tuple((v, c * factor, e) for v, c, e in self.terms), self.const * factor)
+
+    def plus(self, other: Affine) -> Affine:
+        return Affine(self.terms + other.terms, self.const + other.const)
+
+    def divmod(self, d: int) -> tuple[Affine, Affine] | None:
+        """(self // d, self % d) as Affines, or None when the terms do not split at d: every term's coefficient
+        a multiple of d (it goes to the quotient) or below d (the remainder), a term whose coefficient divides d
+        cut into its quotient and remainder digits, and the remainder's span below d."""
+        high: list[tuple[str, int, int]] = []
+        low: list[tuple[str, int, int]] = []
+        for v, c, e in self.terms:
+            if c % d == 0:
+                high.append((v, c // d, e))
+            elif d % c == 0 and e > d // c:
+                r = d // c
+                high.append((f"({v}) // {r}", 1, -(-e // r)))
+                low.append((f"({v}) % {r}", c, r))
+            else:
+                low.append((v, c, e))
+        rem = Affine(tuple(low), self.const % d)
+        if rem.span() >= d:
+            return None
+        return Affine(tuple(high), self.const // d), rem
+
+
+@dataclass(frozen=True)
 class Idx:
     """One index component: a Triton expression broadcastable to the tile ('0' for a broadcast dim) and the
-    mask that bounds it (None when always in range)."""
+    mask that bounds it (None when always in range); `affine` where its value is known term by term."""
 
     expr: str
     mask: str | None = None
+    affine: Affine | None = None
+
+    @staticmethod
+    def of(a: Affine, mask: str | None = None) -> Idx:
+        return Idx(a.expr(), mask, a)
 
 
 ZERO = Idx("0")
@@ -287,6 +339,10 @@ def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx,
     # Only the masks of the components the linear index uses: the others (size-1 dims) do not move the load, and
     # a block mask on a scalar pointer (every used component scalar, as pid_b) is refused by tl.load.
     masks = mask_of(tuple(c for size, c in zip(out, index, strict=True) if c.expr != "0" and size != 1))
+    if any(c.affine is not None for c in index):
+        split = _reshape_affine(out, src, index, masks)
+        if split is not None:
+            return split
     terms, stride = [], 1
     for size, c in zip(reversed(out), reversed(index), strict=True):
         if c.expr != "0" and size != 1:
@@ -301,4 +357,34 @@ def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx,
             continue
         expr = f"(({linear}) // {inner})" if inner != 1 else f"({linear})"
         res.append(Idx(f"({expr} % {size})", masks))
+    return tuple(res)
+
+
+def _reshape_affine(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx, ...], masks: str | None
+                    ) -> tuple[Idx, ...] | None:
+    """The row-major reshape of an index with Affine components, digit by digit (no per-element division where
+    the digits line up); None where some source dim's digit does not split, and the caller linearises."""
+    linear, stride = Affine(()), 1
+    for size, c in zip(reversed(out), reversed(index), strict=True):
+        if c.expr != "0" and size != 1:
+            part = c.affine or Affine(((c.expr, 1, size),))
+            linear = linear.plus(part.scaled(stride))
+        stride *= size
+    res: list[Idx] = []
+    inner = math.prod(src)
+    for size in src:
+        inner //= max(size, 1)
+        if size == 1:
+            res.append(ZERO)
+            continue
+        quotient = linear.divmod(inner) if inner != 1 else (linear, Affine(()))
+        if quotient is None:
+            return None
+        digit = quotient[0]
+        if digit.span() >= size:
+            wrapped = digit.divmod(size)
+            if wrapped is None:
+                return None
+            digit = wrapped[1]
+        res.append(Idx.of(digit, masks))
     return tuple(res)
