@@ -115,6 +115,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--rep-ms", type=int, default=20)
     ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
+    ap.add_argument("--tma", action="store_true", help="also each config with the weight read through TMA")
     args = ap.parse_args()
     ceilings = measure_ceilings()
     pool = CompilePool(args.workers)
@@ -129,13 +130,20 @@ def main() -> None:
         cfgs = configs(g, mm)
         plans = [with_kernel(base, lambda k, c=c: DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, c))
                  for c in cfgs]
+        labels = [c.short() for c in cfgs]
+        if args.tma:  # the same configs, the weight's tiles through a tensor descriptor (boxes of <= 256)
+            tma = [i for i, c in enumerate(cfgs) if not c.pairs and c.block_n <= 256 and c.block_k <= 256]
+            plans += [dataclasses.replace(plans[i], options=dataclasses.replace(plans[i].options, tma_loads=True))
+                      for i in tma]
+            labels += [labels[i] + " tma" for i in tma]
+            cfgs = cfgs + [cfgs[i] for i in tma]
         templates = [c for c in KNOWN_GOOD_SMALL_M if c.block_m == 16]
         template_plans = [base.with_config(c) for c in templates]
         failures = pool.warm(g.to_dict(), [p.to_json() for p in plans + template_plans])
         inputs = fs.random_inputs(g, seed=0, device="cuda")
         refs = fs.reference(g, inputs, float64=True)
         rows = []
-        for label, p, failure in zip([c.short() for c in cfgs + templates], plans + template_plans, failures,
+        for label, p, failure in zip(labels + [c.short() for c in templates], plans + template_plans, failures,
                                      strict=True):
             row = {"config": label, "median_us": None, "reason": failure}
             if not failure:
@@ -167,9 +175,10 @@ def main() -> None:
             print(f"   {n} failed: {reason}")
         best = decode_ok[0] if decode_ok else None
         if best:
-            cfg = DecodeConfig.from_short(best["config"])
+            at = labels.index(best["config"])
+            cfg = cfgs[at]
             try:
-                case["best_issue"] = issue_bound(plans[cfgs.index(cfg)], g, mm, cfg)
+                case["best_issue"] = issue_bound(plans[at], g, mm, cfg)
                 best["issue"] = case["best_issue"]
                 write_json(report, out_file(args.out, "sweep.json"))
             except Exception as e:

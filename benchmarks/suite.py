@@ -232,11 +232,12 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
     record["kernels"] = attempt(kernels_alone, res.best, inputs)
     # The same plan generated with the code generator's options that are not yet search choices: do they pay
     # on this case? (Not where every matmul of the plan runs in the library: nothing to generate differently.)
-    templated = any(k.kind == "template" for k in res.best.kernels)
+    # (The decode kind follows TMA loads and the split epilogue, not the persistent loop.)
+    kinds = {k.kind for k in res.best.kernels}
     for key, (_, options) in CODEGEN_VARIANTS.items():
-        if templated:
+        if "template" in kinds or ("decode" in kinds and "persistent" not in options):
             record[key] = attempt(measure_plan, res.best, inputs, refs, options)
-    if compute_bound and templated:
+    if compute_bound and "template" in kinds:
         record["tile_probe"] = [{"config": cfg.short(), "options": label,
                                  **attempt(measure_plan, res.best.with_config(cfg), inputs, refs, options)}
                                 for cfg in PROBE_CONFIGS if all(fits(g, mm, cfg) for mm in g.nodes_of_kind("template"))

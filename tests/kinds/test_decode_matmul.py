@@ -103,6 +103,19 @@ def test_the_pairs_form_of_any_prologue_matches_float64(name: str, shape: dict[s
         assert rel_error(o, ref) <= tol, rel_error(o, ref)
 
 
+@pytest.mark.parametrize("cfg", [*CONFIGS[:2], DecodeConfig(32, 16, 2, 4, 2, "fma")], ids=lambda c: c.product)
+def test_tma_loads_read_the_weight_through_a_descriptor_in_every_form(cfg: DecodeConfig) -> None:
+    g = fs.workload("w8_dequant_mm", dtype=torch.float32, M=3, K=128, N=64)
+    base = P.fully_fused(g)
+    plan = decode_plan(dataclasses.replace(base, options=dataclasses.replace(base.options, tma_loads=True)), cfg)
+    compiled = fs.compile_plan(plan)
+    assert "tl.make_tensor_descriptor" in compiled.source
+    inputs = fs.random_inputs(g, seed=2)
+    (ref,) = fs.reference(g, inputs, float64=True)
+    (out,) = compiled(*inputs)
+    assert rel_error(out, ref) <= 1e-5, rel_error(out, ref)
+
+
 def test_pairs_are_offered_for_int4_only_and_refused_where_k_blocks_do_not_divide() -> None:
     w4 = fs.workload("w4_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512, G=128)
     offered = decode_candidates(w4, "y", 48)

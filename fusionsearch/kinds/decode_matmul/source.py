@@ -23,6 +23,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     load_operands,
     serial_split_k,
     tile_header,
+    tma_tile_loads,
 )
 from fusionsearch.kinds.triton_source.tile import Buffers
 from fusionsearch.plan.matmul import problem, template_operands
@@ -47,8 +48,8 @@ def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
 def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o: CodegenOptions
                     ) -> list[GeneratedKernel]:
     """The Triton kernel of one decode matmul (split-K serial: one launch). Of the codegen options it follows
-    the upcasts, split_epilogue and fp32_dot; TMA loads and persistent or warp-specialised loops are the
-    template's."""
+    the upcasts, split_epilogue, fp32_dot and tma_loads (the weight's tiles); persistent or warp-specialised
+    loops are the template's."""
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
@@ -83,7 +84,11 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     parities = tuple((MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed, parity=par,
                                  block_k=cfg.block_k), suffix)
                      for par, suffix in ((0, "_e"), (1, "_o"))) if pairs else ()
-    load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes,
+    # TMA: the weight's tiles through a tensor descriptor (a box of at most 256 a side; not the pairs form,
+    # whose K tiles are not the weight's)
+    tma = o.tma_loads and not pairs and cfg.block_n <= 256 and cfg.block_k <= 256
+    tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", transposed)} if tma else None
+    load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes, tiles,
                   parities=parities)
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
     if pairs and product == "fma":

@@ -19,29 +19,14 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     finish_tile,
     k_slices,
     load_operands,
-    operand_index,
     tile_header,
+    tma_tile_loads,
 )
 from fusionsearch.kinds.triton_source.matmul_tile import serial_split_k as serial_split_k_tail
-from fusionsearch.kinds.triton_source.tile import Buffers, TileLoads
+from fusionsearch.kinds.triton_source.tile import Buffers
 from fusionsearch.plan.kernels import TemplateKernel
 from fusionsearch.plan.matmul import problem, template_operands
 from fusionsearch.plan.options import FP32_DOT, FP32_DOTS
-
-
-def _tile_loads(g: OpGraph, mm: str, side: str, t: MatmulTile, k_start: str) -> TileLoads | None:
-    """How side A or B of a 2-D matmul reads its operand tiles through a tensor descriptor (None: bmm)."""
-    op = g.node(mm).op
-    if op == "bmm":
-        return None
-    index = operand_index(g, mm, side, t)
-    if len(index) != 2:  # a linear over a 3-D input: its rows are split over several dims
-        return None
-    if side == "A":
-        return TileLoads(index, ("BLOCK_M", "BLOCK_K"), ("pid_m * BLOCK_M", k_start))
-    if op == "linear":
-        return TileLoads(index, ("BLOCK_N", "BLOCK_K"), ("pid_n * BLOCK_N", k_start), transposed=True)
-    return TileLoads(index, ("BLOCK_K", "BLOCK_N"), (k_start, "pid_n * BLOCK_N"))
 
 
 def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str,
@@ -79,7 +64,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     if not even_k:
         loop.line("mask_k = idx_k < K")
     op_dtype = g.node(template_operands(g, k.matmul)["A"]).dtype
-    tiles_by_side = {side: _tile_loads(g, k.matmul, side, t, f"({k_tile}) * BLOCK_K") if tma_loads else None
+    tiles_by_side = {side: tma_tile_loads(g, k.matmul, side, t, f"({k_tile}) * BLOCK_K") if tma_loads else None
                      for side in ("A", "B")}
     load_operands(g, k, t, loop, hoist, buffers, upcast_prologue, even_k, op_dtype,
                   {"A": "(BLOCK_M, BLOCK_K)", "B": "(BLOCK_K, BLOCK_N)"}, tiles_by_side)

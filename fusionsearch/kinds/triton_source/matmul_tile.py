@@ -201,6 +201,24 @@ def finish_tile(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source,
     src.splice(body)
 
 
+def tma_tile_loads(g: OpGraph, mm: str, side: str, t: MatmulTile, k_start: str, tile_transposed: bool = False
+                   ) -> TileLoads | None:
+    """How side A or B of a 2-D matmul reads its operand tiles through a tensor descriptor (None: bmm, or a
+    linear over a 3-D input). `tile_transposed`: the tile is read as A^T / B^T (decode_matmul's `dot_t`), so
+    a tensor laid out as the plain tile is loaded, then transposed, and one laid out as its transpose is not."""
+    op = g.node(mm).op
+    if op == "bmm":
+        return None
+    index = operand_index(g, mm, side, t)
+    if len(index) != 2:  # a linear over a 3-D input: its rows are split over several dims
+        return None
+    if side == "A":
+        return TileLoads(index, ("BLOCK_M", "BLOCK_K"), ("pid_m * BLOCK_M", k_start), transposed=tile_transposed)
+    if op == "linear":  # the weight [N, K]: B's transpose
+        return TileLoads(index, ("BLOCK_N", "BLOCK_K"), ("pid_n * BLOCK_N", k_start), transposed=not tile_transposed)
+    return TileLoads(index, ("BLOCK_K", "BLOCK_N"), (k_start, "pid_n * BLOCK_N"), transposed=tile_transposed)
+
+
 def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source, hoist: Source, buffers: Buffers,
                   upcast: bool, even_k: bool, op_dtype: torch.dtype, shapes: dict[str, str],
                   tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None,
