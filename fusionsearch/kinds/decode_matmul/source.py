@@ -73,23 +73,29 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
                                f"K blocks that the splits share evenly")
         hoist.line("kp = tl.arange(0, BLOCK_K // 2)")
         loop.line(f"kb = {k_tile}")
+        loop.line("idx_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)")
     else:
         loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
     if not even_k:
         loop.line("mask_k = idx_k < K")
     op_dtype = g.node(template_operands(g, k.matmul)["A"]).dtype
     bk = "BLOCK_K // 2" if pairs else "BLOCK_K"
-    shapes = ({"A": f"({bk}, BLOCK_M)", "B": f"(BLOCK_N, {bk})"} if transposed
-              else {"A": f"(BLOCK_M, {bk})", "B": f"({bk}, BLOCK_N)"})
-    parities = tuple((MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed, parity=par,
-                                 block_k=cfg.block_k), suffix)
-                     for par, suffix in ((0, "_e"), (1, "_o"))) if pairs else ()
+    shapes = ({"A": "(BLOCK_K, BLOCK_M)", "B": f"(BLOCK_N, {bk})"} if transposed
+              else {"A": "(BLOCK_M, BLOCK_K)", "B": f"({bk}, BLOCK_N)"})
+    # The pairs form: B evaluated at its even and its odd K (one byte load for a nibble pair); A, a few rows,
+    # read whole along K (contiguous: vector loads the pipeline can prefetch) and split in registers.
+    parities = {"B": tuple((MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed, parity=par,
+                                       block_k=cfg.block_k), suffix)
+                           for par, suffix in ((0, "_e"), (1, "_o")))} if pairs else None
     # TMA: the weight's tiles through a tensor descriptor (a box of at most 256 a side; not the pairs form,
     # whose K tiles are not the weight's)
     tma = o.tma_loads and not pairs and cfg.block_n <= 256 and cfg.block_k <= 256
     tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", transposed)} if tma else None
     load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes, tiles,
                   parities=parities)
+    if pairs:
+        loop.line("a_e, a_o = tl.split(tl.permute(tl.reshape(a, (BLOCK_K // 2, 2, BLOCK_M)), (0, 2, 1)))"
+                  if transposed else "a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))")
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
     if pairs and product == "fma":
         loop.line(_FMA_PAIRS)
