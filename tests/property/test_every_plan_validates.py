@@ -653,13 +653,14 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
             configs.append(space.configs[i])
         elif decode and draw(st.booleans()):  # half the matmuls the decode kind may run
             cfg = draw(st.one_of(st.sampled_from(decode).map(DecodeConfig.from_short), decode_configs, decode_configs))
-            if cfg.pairs:  # K in even and odd halves: blocks that divide this K, or the plain form where none do
-                k, least = problem(g, mm).k, 16 if cfg.product == "fma" else 32
-                fits = [b for b in (least, 2 * least) if k % b == 0]
-                block_k = draw(st.sampled_from(fits)) if fits else cfg.block_k
+            k, least = problem(g, mm).k, 16 if cfg.product == "fma" else 32
+            fits = [b for b in (least, 2 * least) if k % b == 0]
+            if fits and (cfg.pairs or draw(st.booleans())):  # K in even and odd halves, on blocks that divide K
+                block_k = draw(st.sampled_from(fits))
                 splits = [d for d in (1, 2, 3, 8) if (k // block_k) % d == 0]
-                cfg = replace(cfg, block_k=block_k, split_k=draw(st.sampled_from(splits))) if fits else \
-                    replace(cfg, pairs=False)
+                cfg = replace(cfg, block_k=block_k, split_k=draw(st.sampled_from(splits)), pairs=True)
+            elif cfg.pairs:  # no block divides this K: the plain form
+                cfg = replace(cfg, pairs=False)
             others.append(offered if cfg.short() in decode else (*offered, (cfg.short(), "decode")))
             configs.append(space.configs[i])
         else:
@@ -810,6 +811,7 @@ def test_enough_graphs_were_validated() -> None:
     assert STATS["graphs validated"] >= MIN_VALIDATED
     assert min(STATS[f"decode kernel, {form}"] for form in ("dot", "dot_t", "fma")) >= 2
     assert STATS["decode kernel with a fused node"] >= 5
+    assert STATS["decode kernel, pairs"] >= 2
     assert STATS["grouped kernel, split-K 1"] + STATS["grouped kernel, split-K > 1"] >= 5
 
 
