@@ -161,7 +161,8 @@ def test_config_bounds_labels_and_json() -> None:
     assert DecodeConfig(product="dot").block_m(1) == 16 and DecodeConfig(product="dot_t").block_m(9) == 16
     for bad, match in (({"product": "wmma"}, "product must be one of"), ({"block_n": 48}, "power of two"),
                        ({"block_k": 8}, "block_k at least 16"), ({"split_k": 0}, "positive integer"),
-                       ({"num_stages": 9}, "at most 8"), ({"block_n": 2048}, "at most 1024")):
+                       ({"num_stages": 9}, "at most 8"), ({"block_n": 2048}, "at most 1024"),
+                       ({"pairs": 1}, "pairs must be true or false")):
         with pytest.raises(PlanError, match=match):
             DecodeConfig(**bad)  # type: ignore[arg-type]
     with pytest.raises(PlanError, match="not a decode config label"):
