@@ -1,8 +1,9 @@
 """The decode matmul kind (issue 27): a matmul of at most 16 rows read from the weight's bytes up. The template
 tiles M too, so a small-M matmul re-reads nothing but pads M to its block and spreads the weight over few
 CTAs; this kind takes all rows in one block, splits K across the GPU, and offers the inner product on the
-tensor cores either way round or as fp32 FMAs. Estimate and features here; source in source.py; configs in
-configs.py."""
+tensor cores either way round or as fp32 FMAs, each also in the pairs form (K as its even and odd halves, so
+an int4 weight's byte is loaded once for both nibbles). Estimate and features here (the pairs form's fewer
+instructions show in the compiled features); source in source.py; configs in configs.py."""
 
 from __future__ import annotations
 
