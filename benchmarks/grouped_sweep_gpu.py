@@ -53,11 +53,13 @@ GRID = {  # (block_m, block_n, block_k, warps, stages) by tokens
 }
 
 
-def grouped_plan(base: Plan, g: fs.OpGraph, bm: int, bn: int, bk: int, w: int, s: int, pick: int) -> Plan:
-    """`base` with every fused bmm run grouped on these blocks (split-K: the kind's rule's `pick`-th)."""
+def grouped_plan(base: Plan, g: fs.OpGraph, bm: int, bn: int, bk: int, w: int, s: int, pick: int | str) -> Plan:
+    """`base` with every fused bmm run grouped on these blocks (split-K: the kind's rule's `pick`-th, or with a
+    string pick like "sk2" that split for every bmm)."""
     def grouped(k: FusedMatmulKernel) -> GroupedKernel:
         splits = splits_for(expert_routing(g, k.matmul), problem(g, k.matmul).k, bm, bn, bk)
-        cfg = GroupedConfig(bm, bn, bk, splits[min(pick, len(splits) - 1)], w, s)
+        split = int(pick[2:]) if isinstance(pick, str) else splits[min(pick, len(splits) - 1)]
+        cfg = GroupedConfig(bm, bn, bk, split, w, s)
         return GroupedKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, cfg)
     return with_kernel(base, grouped)
 
@@ -115,6 +117,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--rep-ms", type=int, default=20)
     ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
+    ap.add_argument("--splits", default="", help="comma-separated split-K to try on every config besides the "
+                    "kind's rule's two (T512's down bmm: does split-K's workspace cost more than it gives?)")
     args = ap.parse_args()
     ceilings = measure_ceilings()
     pool = CompilePool(args.workers)
@@ -127,10 +131,12 @@ def main() -> None:
         decode = shape["T"] <= 16
         grid = GRID["decode" if decode else "prefill"]
         labels, plans = [], []
-        for (bm, bn, bk, (w, s)), pick in itertools.product(grid, (0, 1)):
+        extra = [f"sk{int(v)}" for v in args.splits.split(",") if v.strip()]
+        picks: list[int | str] = [0, 1, *extra]
+        for (bm, bn, bk, (w, s)), pick in itertools.product(grid, picks):
             try:
                 plans.append(grouped_plan(base, g, bm, bn, bk, w, s, pick))
-                labels.append(f"m{bm} n{bn} k{bk} w{w} s{s} split#{pick}")
+                labels.append(f"m{bm} n{bn} k{bk} w{w} s{s} " + (pick if isinstance(pick, str) else f"split#{pick}"))
             except Exception as e:  # a config the plan refuses (shared memory)
                 print(f"   skipped m{bm} n{bn} k{bk} w{w} s{s}: {failure_reason(e, 120)}")
         unique = dict(zip([p.to_json() for p in plans], zip(labels, plans, strict=True), strict=True))
