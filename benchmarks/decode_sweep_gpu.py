@@ -45,9 +45,9 @@ CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"
          ("w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128}),
          ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096})]
 GRID = {"dot": ((64, 128, 256), (128, 256)), "dot_t": ((64, 128, 256), (128, 256)),
-        "fma": ((128, 256, 512, 1024), (16, 32, 64))}
+        "fma": ((128, 256, 512, 1024), (16, 32, 64)), "fma_acc": ((64, 128, 256), (32, 64, 128))}
 WARPS_STAGES = {"dot": ((4, 3), (4, 5), (8, 4)), "dot_t": ((4, 3), (4, 5), (8, 4)),
-                "fma": ((4, 1), (8, 1), (16, 1), (8, 2), (8, 4))}
+                "fma": ((4, 1), (8, 1), (16, 1), (8, 2), (8, 4)), "fma_acc": ((4, 3), (8, 3), (8, 4))}
 
 
 def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
@@ -56,12 +56,12 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
     m, pairs = p.m, unpacks_pairs(g, mm)
     out = []
     for product, (bns, bks) in GRID.items():
-        if product == "fma" and m > 4:
+        if product.startswith("fma") and m > 4:
             continue
         for bn, bk, (w, s) in itertools.product(bns, bks, WARPS_STAGES[product]):
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
-                if cfg.shared_memory_bytes(2) <= 220 * 1024:
+                if cfg.shared_memory_bytes(2) <= 220 * 1024 and cfg.accumulator_per_thread(m) <= 128:
                     out.append(cfg)
                     if pairs and pairs_fit(p.k, bk, sk) and bk >= 32:
                         out.append(dataclasses.replace(cfg, pairs=True))

@@ -29,7 +29,7 @@ CASES = [("w8_dequant_mm", {"M": 1, "K": 128, "N": 64}),
          ("mm_bias_gelu", {"M": 2, "K": 72, "N": 50}),
          ("moe_ffn", {"T": 2, "D": 48, "H": 40, "E": 3})]  # three bmms of one row per batch, gathers in B
 CONFIGS = [DecodeConfig(32, 16, 1, 4, 2, "dot"), DecodeConfig(16, 32, 3, 4, 3, "dot_t"),
-           DecodeConfig(64, 8, 4, 4, 2, "fma")]
+           DecodeConfig(64, 8, 4, 4, 2, "fma"), DecodeConfig(32, 16, 2, 4, 2, "fma_acc")]
 
 
 def decode_plan(plan: Plan, cfg: DecodeConfig) -> Plan:
@@ -58,7 +58,7 @@ def test_fully_fused_decode_plans_match_float64(name: str, shape: dict[str, int]
 
 
 PAIRS = [DecodeConfig(32, 32, 1, 4, 2, "dot", True), DecodeConfig(16, 32, 3, 4, 3, "dot_t", True),
-         DecodeConfig(64, 16, 2, 4, 2, "fma", True)]
+         DecodeConfig(64, 16, 2, 4, 2, "fma", True), DecodeConfig(32, 32, 1, 4, 2, "fma_acc", True)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -82,7 +82,8 @@ def test_the_pairs_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg:
 
 PAIR_CASES = [(n, s, product) for n, s in [*CASES[:-1], ("w8_dequant_mm", {"M": 4, "K": 64, "N": 24}),
                                             ("mm_bias_gelu", {"M": 2, "K": 64, "N": 50})]
-              for product in ("dot", "dot_t", "fma") if s["K"] % (16 if product == "fma" else 32) == 0]
+              for product in ("dot", "dot_t", "fma", "fma_acc")
+              if s["K"] % (16 if product.startswith("fma") else 32) == 0]
 
 
 @pytest.mark.parametrize(("name", "shape", "product"), PAIR_CASES,
@@ -92,7 +93,7 @@ def test_the_pairs_form_of_any_prologue_matches_float64(name: str, shape: dict[s
     int8) and the epilogue give the float64 answer through it, in fp16 (K a whole number of blocks: the cases
     whose K is not are refused, tested below)."""
     g = fs.workload(name, dtype=torch.float16, **shape)
-    block_k = 16 if product == "fma" else 32
+    block_k = 16 if product.startswith("fma") else 32
     blocks = shape["K"] // block_k
     plan = decode_plan(P.fully_fused(g), DecodeConfig(32, block_k, 2 if blocks % 2 == 0 else 1, 4, 2, product, True))
     inputs = fs.random_inputs(g, seed=11)

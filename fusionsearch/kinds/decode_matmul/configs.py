@@ -23,12 +23,18 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
     DecodeConfig(64, 128, 4, 4, 3, "dot_t"),
     DecodeConfig(64, 128, 4, 4, 3, "dot"),
     DecodeConfig(64, 128, 8, 4, 3, "dot"),
+    # Not from that grid: the form and blocks of the fastest standalone int4 GEMV (nibble pairs, a 2-D
+    # accumulator: 28.4 us on the H100, benchmarks/results/h100-2026-12-05d-w4-pairs/explore); not yet timed
+    # as generated.
+    DecodeConfig(64, 128, 4, 4, 3, "fma_acc"),
 )
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
     "dot_t": ((64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
     "fma": ((64, 128, 256, 512), (16, 32, 64), ((4, 3), (4, 4), (8, 3))),
+    "fma_acc": ((64, 128, 256), (32, 64, 128), ((4, 3), (8, 3))),
 }
+MAX_ACCUMULATOR = 64  # fp32 accumulator elements a thread: fma_acc's [BLOCK_M, BLOCK_K, BLOCK_N] beyond this spills
 
 
 def accepts(g: OpGraph, mm: str) -> bool:
@@ -73,28 +79,31 @@ def _paired(configs: list[DecodeConfig], k: int) -> list[DecodeConfig]:
     """The pairs form of each config that can take it (K blocks shared evenly, half a K block enough for its
     product)."""
     return [replace(c, pairs=True) for c in configs
-            if pairs_fit(k, c.block_k, c.split_k) and c.block_k >= (16 if c.product == "fma" else 32)]
+            if pairs_fit(k, c.block_k, c.split_k) and c.block_k >= (16 if c.on_cuda_cores else 32)]
 
 
 def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
     """Up to `limit` decode configs for `mm`: the known-good ones, then an even spread over the grid (blocks not
-    larger than the padded problem, a pipeline that fits shared memory), fma only for up to 4 rows. Where B's
+    larger than the padded problem, a pipeline that fits shared memory), fma and fma_acc only for up to 4 rows
+    (fma_acc where its accumulator fits MAX_ACCUMULATOR registers a thread). Where B's
     K is unpacked from pairs (int4 nibbles), the pairs form of each config that can take it leads."""
     p = problem(g, mm)
     itemsize = 4  # the widest operand: keeps every pipeline inside shared memory whatever the dtypes
 
     grid: list[DecodeConfig] = []
     for product, (bns, bks, warps_stages) in _GRID.items():
-        if product == "fma" and p.m > 4:
+        if product in ("fma", "fma_acc") and p.m > 4:
             continue
         for bn, bk, (w, s) in itertools.product(bns, bks, warps_stages):
             if bn > padded_block(p.n) or bk > padded_block(p.k):
                 continue
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
-                if cfg.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES:
+                if cfg.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES and \
+                        cfg.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR:
                     grid.append(cfg)
-    fixed = [c for c in KNOWN_GOOD if c.product != "fma" or p.m <= 4]
+    fixed = [c for c in KNOWN_GOOD if (not c.on_cuda_cores or p.m <= 4)
+             and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
     if unpacks_pairs(g, mm):
         fixed = [*_paired(fixed, p.k), *fixed]
         grid = [x for c in grid for x in (*_paired([c], p.k), c)]

@@ -15,12 +15,16 @@ from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.matmul import problem
 
 DECODE_MAX_M = 16  # rows a decode matmul takes: one block of them, padded to 16 for a tensor-core dot
-PRODUCTS = ("dot", "dot_t", "fma")
+PRODUCTS = ("dot", "dot_t", "fma", "fma_acc")
 """dot: tl.dot(A [BLOCK_M, BLOCK_K], B [BLOCK_K, BLOCK_N]) with BLOCK_M = M padded to 16 (mma.sync);
 dot_t: tl.dot(B^T [BLOCK_N, BLOCK_K], A^T [BLOCK_K, BLOCK_M]): the weight is the dot's left operand, which
 Hopper's wgmma reads from registers where a prologue computed it, and BLOCK_N rows fill its 64-row minimum;
 fma: the products in fp32 on the CUDA cores, summed over the K block, BLOCK_M = M padded to a power of two
-(no padding to 16: one row costs one row).
+(no padding to 16: one row costs one row);
+fma_acc: the same products summed into a [BLOCK_M, BLOCK_K, BLOCK_N] fp32 accumulator, reduced over K once
+after the loop instead of across threads every K step (a standalone int4 GEMV ran 28.4 us so against 39.5
+summing each K block, benchmarks/results/h100-2026-12-05d-w4-pairs/explore); offered where that accumulator
+fits 64 registers a thread.
 Any of them in `pairs`: the K block read as its even and its odd K (two products of BLOCK_K / 2), so that a
 prologue that unpacks two values from one byte (int4 nibbles: [K/2, 2, N] viewed as [K, N]) loads the byte once
 and keeps its shift and a group scale's index out of the per-element work."""
@@ -55,7 +59,7 @@ class DecodeConfig:
             v = getattr(self, key)
             if v & (v - 1):
                 raise PlanError(f"decode config {key} must be a power of two, got {show(v)}")
-        least_k = (8 if self.product == "fma" else 16) * (2 if self.pairs else 1)  # tl.dot's smallest K is 16
+        least_k = (8 if self.on_cuda_cores else 16) * (2 if self.pairs else 1)  # tl.dot's smallest K is 16
         if self.block_n < 16 or self.block_k < least_k:
             raise PlanError(f"decode config block_n must be at least 16 and block_k at least {least_k} "
                             f"for product {self.product!r}{' in pairs' if self.pairs else ''}")
@@ -68,7 +72,18 @@ class DecodeConfig:
     def block_m(self, m: int) -> int:
         """BLOCK_M for a problem of `m` rows (at most DECODE_MAX_M): a power of two, at least 16 for a dot."""
         rows = 1 << (max(m, 1) - 1).bit_length()
-        return rows if self.product == "fma" else max(16, rows)
+        return rows if self.on_cuda_cores else max(16, rows)
+
+    @property
+    def on_cuda_cores(self) -> bool:
+        """The products in fp32 FMAs (fma, fma_acc), not a tensor-core dot."""
+        return self.product in ("fma", "fma_acc")
+
+    def accumulator_per_thread(self, m: int) -> int:
+        """fp32 accumulator elements a thread holds for `m` rows: fma_acc's [BLOCK_M, BLOCK_K (halved in pairs),
+        BLOCK_N], the others' [BLOCK_M, BLOCK_N]."""
+        k = (self.block_k // 2 if self.pairs else self.block_k) if self.product == "fma_acc" else 1
+        return self.block_m(m) * k * self.block_n // (32 * self.num_warps)
 
     def shared_memory_bytes(self, itemsize: int) -> int:
         """The pipeline's shared memory at the most rows (16): `num_stages` buffers of one A and one B block."""

@@ -51,7 +51,7 @@ class DecodeKind(MatmulKind):
                  resources: KernelResources | None) -> dict[str, float]:
         """The template's features of the same blocks (BLOCK_M the padded rows), and the product's form."""
         f = TEMPLATE.tile_features(g, kernel, tile_shape(g, kernel), hw)
-        f["decode_fma"] = float(kernel.config.product == "fma")
+        f["decode_fma"] = float(kernel.config.on_cuda_cores)
         f["decode_dot_t"] = float(kernel.config.product == "dot_t")
         return f
 
@@ -82,7 +82,7 @@ def decode_estimate(g: OpGraph, k: DecodeKernel, i: int, stored: set[str], hw: H
     epi_flops = pointwise_work(g, k.epilogue) + (g.node(k.matmul).numel if bias else 0)
     pro_flops = pointwise_work(g, k.prologue_a) * (tiles // p.batch) + pointwise_work(g, k.prologue_b)
     padded = 2 * p.batch * shape.block_m * p.n * (k_blocks * cfg.block_k)
-    rate = hw.elementwise_flops if cfg.product == "fma" else hw.peak(a_dtype)
+    rate = hw.elementwise_flops if cfg.on_cuda_cores else hw.peak(a_dtype)
     compute = (padded / rate + (pro_flops + epi_flops) / hw.elementwise_flops) * 1e6
     workspace = 2 * split * p.batch * p.m * p.n * 4 if split > 1 else 0  # written, then read back by the last
     read = a_once + b_once + epi_read + workspace // 2

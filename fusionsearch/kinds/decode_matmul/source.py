@@ -36,6 +36,7 @@ _PRODUCT = {
 }
 _FMA_PAIRS = ("acc += tl.sum(a_e.to(tl.float32)[:, :, None] * b_e.to(tl.float32)[None, :, :] + "
               "a_o.to(tl.float32)[:, :, None] * b_o.to(tl.float32)[None, :, :], axis=1)")
+_FMA_ACC = "acc3 += a{s}.to(tl.float32)[:, :, None] * b{s}.to(tl.float32)[None, :, :]"  # summed over K at the end
 
 
 def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
@@ -64,6 +65,9 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
                                   f"ops, {k.config.short()}", p, split)
     src.line("acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)" if transposed
              else "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    if product == "fma_acc":
+        src.line(f"acc3 = tl.zeros((BLOCK_M, {'BLOCK_K // 2' if k.config.pairs else 'BLOCK_K'}, BLOCK_N), "
+                 "dtype=tl.float32)")
     hoist, loop = src.child(), src.child(1)
     k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
     pairs = k.config.pairs
@@ -97,7 +101,10 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
         loop.line("a_e, a_o = tl.split(tl.permute(tl.reshape(a, (BLOCK_K // 2, 2, BLOCK_M)), (0, 2, 1)))"
                   if transposed else "a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))")
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
-    if pairs and product == "fma":
+    if product == "fma_acc":
+        for suffix in ("_e", "_o") if pairs else ("",):
+            loop.line(_FMA_ACC.format(s=suffix))
+    elif pairs and product == "fma":
         loop.line(_FMA_PAIRS)
     else:
         for suffix in ("_e", "_o") if pairs else ("",):
@@ -107,6 +114,8 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     src.splice(loop)
     if transposed:
         src.line("acc = tl.trans(acc)")
+    if product == "fma_acc":
+        src.line("acc = tl.sum(acc3, axis=1)")
     tiles = math.ceil(p.n / cfg.block_n)
     constexprs = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": 1}
     if split == 1:
