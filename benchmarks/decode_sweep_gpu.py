@@ -63,7 +63,7 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
                 if cfg.shared_memory_bytes(2) <= 220 * 1024 and cfg.accumulator_per_thread(m) <= 128:
                     out.append(cfg)
-                    if pairs and pairs_fit(p.k, bk, sk) and bk >= 32:
+                    if pairs and pairs_fit(p, bk, sk) and bk >= 32:
                         out.append(dataclasses.replace(cfg, pairs=True))
     return list(dict.fromkeys(out))
 

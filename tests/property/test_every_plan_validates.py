@@ -621,7 +621,7 @@ decode_configs = st.sampled_from(["dot", "dot_t", "fma", "fma_acc"]).flatmap(lam
     num_stages=st.sampled_from([1, 2, 3]),
     product=st.just(product),
 )).flatmap(lambda c: st.sampled_from([c, replace(c, pairs=True)])  # K in even and odd halves where it fits
-           if c.block_k >= (16 if c.on_cuda_cores else 32) else st.just(c))
+           if c.block_k >= DecodeConfig.least_block_k(c.product, True) else st.just(c))
 grouped_configs = st.builds(  # blocks of pairs about the problem's size, split-K on short K steps
     GroupedConfig,
     block_m=st.sampled_from([16, 32]),
@@ -653,7 +653,7 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
             configs.append(space.configs[i])
         elif decode and draw(st.booleans()):  # half the matmuls the decode kind may run
             cfg = draw(st.one_of(st.sampled_from(decode).map(DecodeConfig.from_short), decode_configs, decode_configs))
-            k, least = problem(g, mm).k, 16 if cfg.on_cuda_cores else 32
+            k, least = problem(g, mm).k, DecodeConfig.least_block_k(cfg.product, True)
             fits = [b for b in (least, 2 * least) if k % b == 0]
             if fits and (cfg.pairs or draw(st.integers(0, 3)) > 0):  # K in even and odd halves, on blocks that
                 # divide K: most decode matmuls whose K allows it (few do: K is a multiple of 16 in a fifth of graphs)

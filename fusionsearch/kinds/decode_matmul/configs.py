@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds.decode_matmul.kernel import DECODE_MAX_M, DecodeConfig, pairs_fit
-from fusionsearch.plan.matmul import problem, template_operands
+from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
@@ -75,11 +75,11 @@ def unpacks_pairs(g: OpGraph, mm: str) -> bool:
     return False
 
 
-def _paired(configs: list[DecodeConfig], k: int) -> list[DecodeConfig]:
+def _paired(configs: list[DecodeConfig], p: Problem) -> list[DecodeConfig]:
     """The pairs form of each config that can take it (K blocks shared evenly, half a K block enough for its
     product)."""
     return [replace(c, pairs=True) for c in configs
-            if pairs_fit(k, c.block_k, c.split_k) and c.block_k >= (16 if c.on_cuda_cores else 32)]
+            if pairs_fit(p, c.block_k, c.split_k) and c.block_k >= DecodeConfig.least_block_k(c.product, True)]
 
 
 def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
@@ -105,8 +105,8 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
     fixed = [c for c in KNOWN_GOOD if (not c.on_cuda_cores or p.m <= 4)
              and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
     if unpacks_pairs(g, mm):
-        fixed = [*_paired(fixed, p.k), *fixed]
-        grid = [x for c in grid for x in (*_paired([c], p.k), c)]
+        fixed = [*_paired(fixed, p), *fixed]
+        grid = [x for c in grid for x in (*_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
     if len(rest) > room:

@@ -11,8 +11,9 @@ from typing import Any, Literal
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
+from fusionsearch.kinds.triton_source.matmul_tile import k_slices
 from fusionsearch.plan.kernels import FusedMatmulKernel
-from fusionsearch.plan.matmul import problem
+from fusionsearch.plan.matmul import Problem, problem
 
 DECODE_MAX_M = 16  # rows a decode matmul takes: one block of them, padded to 16 for a tensor-core dot
 PRODUCTS = ("dot", "dot_t", "fma", "fma_acc")
@@ -22,9 +23,9 @@ Hopper's wgmma reads from registers where a prologue computed it, and BLOCK_N ro
 fma: the products in fp32 on the CUDA cores, summed over the K block, BLOCK_M = M padded to a power of two
 (no padding to 16: one row costs one row);
 fma_acc: the same products summed into a [BLOCK_M, BLOCK_K, BLOCK_N] fp32 accumulator, reduced over K once
-after the loop instead of across threads every K step (a standalone int4 GEMV ran 28.4 us so against 39.5
-summing each K block, benchmarks/results/h100-2026-12-05d-w4-pairs/explore); offered where that accumulator
-fits 64 registers a thread.
+after the loop instead of across threads every K step (standalone GEMVs on the H100,
+benchmarks/results/h100-2026-12-05d-w4-pairs/explore: w8 38.2 us so against 40.3 summing each K block; the
+fastest int4 one, 28.4 us, in this form); offered where that accumulator fits 64 registers a thread.
 Any of them in `pairs`: the K block read as its even and its odd K (two products of BLOCK_K / 2), so that a
 prologue that unpacks two values from one byte (int4 nibbles: [K/2, 2, N] viewed as [K, N]) loads the byte once
 and keeps its shift and a group scale's index out of the per-element work."""
@@ -59,7 +60,7 @@ class DecodeConfig:
             v = getattr(self, key)
             if v & (v - 1):
                 raise PlanError(f"decode config {key} must be a power of two, got {show(v)}")
-        least_k = (8 if self.on_cuda_cores else 16) * (2 if self.pairs else 1)  # tl.dot's smallest K is 16
+        least_k = self.least_block_k(self.product, self.pairs)
         if self.block_n < 16 or self.block_k < least_k:
             raise PlanError(f"decode config block_n must be at least 16 and block_k at least {least_k} "
                             f"for product {self.product!r}{' in pairs' if self.pairs else ''}")
@@ -78,6 +79,12 @@ class DecodeConfig:
     def on_cuda_cores(self) -> bool:
         """The products in fp32 FMAs (fma, fma_acc), not a tensor-core dot."""
         return self.product in ("fma", "fma_acc")
+
+    @staticmethod
+    def least_block_k(product: str, pairs: bool) -> int:
+        """The smallest BLOCK_K `product` takes: 16 for a dot (tl.dot's smallest K), 8 for FMAs; twice that in
+        pairs, whose products take half the block each."""
+        return (8 if product in ("fma", "fma_acc") else 16) * (2 if pairs else 1)
 
     def accumulator_per_thread(self, m: int) -> int:
         """fp32 accumulator elements a thread holds for `m` rows: fma_acc's [BLOCK_M, BLOCK_K (halved in pairs),
@@ -104,12 +111,10 @@ class DecodeConfig:
         return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None)
 
 
-def pairs_fit(k: int, block_k: int, split_k: int) -> bool:
-    """Whether K is a whole number of K blocks that the splits run share evenly (the pairs form reads no mask
-    on K: its index is affine in the block number)."""
-    blocks = k // block_k
-    split = max(1, min(split_k, blocks))
-    return k % block_k == 0 and blocks % split == 0
+def pairs_fit(p: Problem, block_k: int, split_k: int) -> bool:
+    """Whether K is a whole number of K blocks that the splits run share evenly, k_slices' even K (the pairs
+    form reads no mask on K: its index is affine in the block number)."""
+    return k_slices(p, block_k, split_k)[2]
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ class DecodeKernel(FusedMatmulKernel):
         if p.m > DECODE_MAX_M:
             raise PlanError(f"kernel {i}: the decode matmul takes at most {DECODE_MAX_M} rows; {self.matmul!r} has "
                             f"{p.m}: run it as a template")
-        if self.config.pairs and not pairs_fit(p.k, self.config.block_k, self.config.split_k):
+        if self.config.pairs and not pairs_fit(p, self.config.block_k, self.config.split_k):
             raise PlanError(f"kernel {i}: the decode config's pairs need K ({p.k}) a whole number of K blocks "
                             f"({self.config.block_k}) that its splits ({self.config.split_k}) share evenly")
 

@@ -33,10 +33,10 @@ _PRODUCT = {
     "dot": "acc = tl.dot(a{s}, b{s}, acc{precision})",
     "dot_t": "acc = tl.dot(b{s}, a{s}, acc{precision})",  # B^T [BLOCK_N, BLOCK_K] @ A^T [BLOCK_K, BLOCK_M]
     "fma": "acc += tl.sum(a{s}.to(tl.float32)[:, :, None] * b{s}.to(tl.float32)[None, :, :], axis=1)",
+    "fma_acc": "acc3 += a{s}.to(tl.float32)[:, :, None] * b{s}.to(tl.float32)[None, :, :]",  # summed at the end
 }
 _FMA_PAIRS = ("acc += tl.sum(a_e.to(tl.float32)[:, :, None] * b_e.to(tl.float32)[None, :, :] + "
               "a_o.to(tl.float32)[:, :, None] * b_o.to(tl.float32)[None, :, :], axis=1)")
-_FMA_ACC = "acc3 += a{s}.to(tl.float32)[:, :, None] * b{s}.to(tl.float32)[None, :, :]"  # summed over K at the end
 
 
 def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
@@ -101,10 +101,7 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
         loop.line("a_e, a_o = tl.split(tl.permute(tl.reshape(a, (BLOCK_K // 2, 2, BLOCK_M)), (0, 2, 1)))"
                   if transposed else "a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))")
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
-    if product == "fma_acc":
-        for suffix in ("_e", "_o") if pairs else ("",):
-            loop.line(_FMA_ACC.format(s=suffix))
-    elif pairs and product == "fma":
+    if pairs and product == "fma":
         loop.line(_FMA_PAIRS)
     else:
         for suffix in ("_e", "_o") if pairs else ("",):

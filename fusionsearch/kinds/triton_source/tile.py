@@ -377,7 +377,7 @@ def _reshape_affine(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx
         if size == 1:
             res.append(ZERO)
             continue
-        quotient = linear.divmod(inner) if inner != 1 else (linear, Affine(()))
+        quotient = linear.divmod(inner)
         if quotient is None:
             return None
         digit = quotient[0]
