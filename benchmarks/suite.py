@@ -4,9 +4,9 @@ the plan fusionsearch's search finds, and cuBLAS on the bare matmuls alone, besi
 max(bytes / BW, flops / PEAK) with BW and PEAK measured at the start of the same run, and a copy that moves
 the floor's bytes (what a plain stream of that size costs, launch and ramp included).
 
-Each variant is first timed alone with time_callable's do_bench median (µs, warmup 25 ms, rep 100 ms, L2
-flushed, as the anchors were measured), which also reads its peak memory; then every variant of the case is
-timed again in --rounds interleaved rounds (do_bench median, rep 20 ms each; each round starts one variant
+Each variant is first timed alone with time_callable's median (µs, warmup 25 ms, rep 100 ms, L2 flushed clean
+before each call: fusionsearch.measure.l2_flush), which also reads its peak memory; then every variant of the
+case is timed again in --rounds interleaved rounds (median, rep 20 ms each; each round starts one variant
 further along) and the median over rounds is its figure: the GPU's clock and thermal state drift over a
 case's minutes, and one pass met each variant at a different moment. Every compiled output (torch.compile,
 max-autotune, the plan) is checked against eager's output with the project's tolerance for its dtype; a
@@ -70,6 +70,7 @@ from benchmarks.harness import (  # noqa: E402
 LABELS = {"cublas_bare": "cuBLAS bare", "cublas_per_expert": "cuBLAS per expert", "eager": "eager",
           "torch_compile": "torch.compile",
           "max_autotune": "max-autotune", "fusionsearch": "fusionsearch"}
+L2_FLUSH_WORDS = "clean (a 256 MB read)"  # how this script's timer flushes L2 (fusionsearch.measure.l2_flush)
 TIMED = "_timed"  # a record's timed callable, held until the case's interleaved rounds (never written out)
 MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
 # The searched plan again under code generator options (column label, options): operand tiles read through
@@ -387,11 +388,13 @@ def trials_cell(rec: dict[str, Any]) -> str:
 
 
 def timing_words(report: dict[str, Any]) -> str:
-    """How the run's figures were timed (runs before the interleaved rounds timed each variant once)."""
+    """How the run's figures were timed (runs before the interleaved rounds timed each variant once; runs
+    before 2026-12-05 e flushed L2 by zeroing 256 MB, do_bench's flush, and record no `l2_flush`)."""
+    flush = report.get("l2_flush", "by zeroing 256 MB (do_bench)")
     if report.get("rounds"):
-        return (f"median over {report['rounds']} interleaved rounds of do_bench medians (rep 20 ms, L2 flushed; "
+        return (f"median over {report['rounds']} interleaved rounds of medians (rep 20 ms, L2 flushed {flush}; "
                 f"every variant of a case timed once per round)")
-    return "do_bench median (warmup 25 ms, rep 100 ms, L2 flushed; each variant timed once, in turn)"
+    return f"do_bench median (warmup 25 ms, rep 100 ms, L2 flushed {flush}; each variant timed once, in turn)"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -539,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     report: dict[str, Any] = {
         **run_facts("device", "torch", "triton", date="utc"),
         "trials": args.trials, "rounds": args.rounds, "skip_max_autotune": args.skip_max_autotune,
-        "ceilings": measure_ceilings(),
+        "l2_flush": L2_FLUSH_WORDS, "ceilings": measure_ceilings(),
         "rows": []}
     c = report["ceilings"]
     progress(f"ceilings: {c['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s copy, "

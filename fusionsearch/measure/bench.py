@@ -1,5 +1,5 @@
-"""Timing on the GPU: triton.testing.do_bench (median, L2 flushed) of the whole compiled plan, or of each of
-its kernels alone (what the learned cost model is trained on)."""
+"""Timing on the GPU: medians of timed calls, L2 flushed clean before each (l2_flush), of the whole compiled
+plan, or of each of its kernels alone (what the learned cost model is trained on)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 
 from fusionsearch.codegen.runtime import compile_plan, naming_source
 from fusionsearch.errors import MeasureError, failure_reason
+from fusionsearch.measure import l2_flush
+from fusionsearch.measure.l2_flush import quantiles
 
 
 @dataclass(frozen=True)
@@ -25,11 +27,10 @@ class Timing:
 
 
 def time_callable(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> Timing:
-    """Time `fn` with do_bench on the current GPU; raises MeasureError without one."""
+    """Time `fn` on the current GPU (median and 20/80th percentiles, L2 flushed clean before each call);
+    raises MeasureError without a GPU."""
     if not torch.cuda.is_available():
         raise MeasureError("timing needs a CUDA GPU; on the CPU use the 'interpret' or 'model' backend")
-    import triton.testing
-
     fn()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -37,20 +38,18 @@ def time_callable(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 1
     fn()
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    med, p20, p80 = quantiles(l2_flush.call_times_ms(fn, warmup_ms, rep_ms), [0.5, 0.2, 0.8])
     return Timing(med * 1e3, p20 * 1e3, p80 * 1e3, peak_bytes=int(peak))
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 5, warmup_ms: int = 5,
                      rep_ms: int = 20) -> dict[str, list[float]]:
-    """Per callable, its do_bench median (µs) in each of `rounds` rounds that time every callable once, each
-    round starting one further along: compared callables meet the GPU's clock and thermal state alike, where
-    one pass times each at a different moment (the H200 timed one compute-bound kernel 206 and 223 µs a minute
-    apart). A callable that raises is left out of the rounds that follow."""
+    """Per callable, its median (µs, L2 flushed clean before each call) in each of `rounds` rounds that time
+    every callable once, each round starting one further along: compared callables meet the GPU's clock and
+    thermal state alike, where one pass times each at a different moment (the H200 timed one compute-bound
+    kernel 206 and 223 µs a minute apart). A callable that raises is left out of the rounds that follow."""
     if not torch.cuda.is_available():
         raise MeasureError("timing needs a CUDA GPU; on the CPU use the 'interpret' or 'model' backend")
-    import triton.testing
-
     keys = list(fns)
     out: dict[str, list[float]] = {k: [] for k in keys}
     failed: set[str] = set()
@@ -60,7 +59,7 @@ def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 5, warm
             if key in failed:
                 continue
             try:
-                median_ms = triton.testing.do_bench(fns[key], warmup=warmup_ms, rep=rep_ms, return_mode="median")
+                median_ms = quantiles(l2_flush.call_times_ms(fns[key], warmup_ms, rep_ms), [0.5])[0]
             except Exception:
                 failed.add(key)
                 continue

@@ -1,29 +1,28 @@
 """time_interleaved: every callable timed once per round, each round starting one further along, so that
-compared callables meet the GPU's drifting state alike. do_bench is replaced by a clock that drifts: the
+compared callables meet the GPU's drifting state alike. The GPU timer is replaced by a clock that drifts: the
 test asserts on the order and on the values the drift gives, which a plain one-pass loop would not."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-import triton.testing
 
 from fusionsearch.errors import MeasureError
+from fusionsearch.measure import l2_flush
 from fusionsearch.measure.bench import time_interleaved
 
 
 @pytest.fixture
 def drifting_gpu(monkeypatch):
-    """A fake GPU whose every do_bench call takes 1 ms longer than the one before; records the call order."""
+    """A fake GPU whose every timing takes 1 ms longer than the one before; records the call order."""
     order: list[str] = []
 
-    def do_bench(fn, warmup, rep, return_mode):
-        assert return_mode == "median"
+    def call_times_ms(fn, warmup, rep):
         order.append(fn())
-        return float(len(order))
+        return [float(len(order))] * 3
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(l2_flush, "call_times_ms", call_times_ms)
     return order
 
 
