@@ -33,7 +33,7 @@ def main() -> None:
     sink = torch.zeros(1056, dtype=torch.int32, device="cuda")
 
     def read(nbytes: int):
-        return lambda: read_words[(sink.numel(),)](big, sink, nbytes // 4, 1024)
+        return lambda: read_words()[(sink.numel(),)](big, sink, nbytes // 4, 1024)
 
     def copy(nbytes: int):
         src, dst = big[:nbytes // 8], big[nbytes // 8:nbytes // 4]

@@ -8,24 +8,22 @@ L2 cold and clean, as a model's decode kernels find it after the kernels before 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 
 FLUSH_BYTES = 256 << 20  # five times the 50 MB L2 of an H100/H200: every line the timed call could hit is evicted
 FLUSH_BLOCK = 1024  # int32 words a program reads an iteration
 FLUSH_PROGRAMS = 1056  # eight programs an SM on a 132-SM GPU: the flush itself streams at the read bandwidth
 
 
-@triton.jit
-def read_words(words_ptr, out_ptr, WORDS: tl.constexpr, BLOCK: tl.constexpr):
-    """Read every word (grid-stride), store one xor per program: the only bytes written are the programs'."""
-    pid = tl.program_id(0)
-    acc = tl.zeros([BLOCK], tl.int32)
-    for i in tl.range(pid, WORDS // BLOCK, tl.num_programs(0)):
-        acc ^= tl.load(words_ptr + i * BLOCK + tl.arange(0, BLOCK))
-    tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
+def read_words() -> Any:
+    """The flush's Triton kernel, imported on first use: importing triton.language before the CLI switches on
+    Triton's interpreter (TRITON_INTERPRET, set after fusionsearch is imported) would leave Triton's own library
+    functions compiled for the GPU, and every interpreted kernel calling them would fail."""
+    from fusionsearch.measure.l2_flush_kernel import read_words_kernel
+
+    return read_words_kernel
 
 
 class CleanFlush:
@@ -40,7 +38,7 @@ class CleanFlush:
         self.last = torch.zeros(programs, dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
-        read_words[(self.last.numel(),)](self.words, self.last, self.words.numel(), FLUSH_BLOCK)
+        read_words()[(self.last.numel(),)](self.words, self.last, self.words.numel(), FLUSH_BLOCK)
 
 
 _FLUSH: CleanFlush | None = None
