@@ -96,7 +96,7 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     tma = o.tma_loads and not pairs and cfg.block_n <= 256 and cfg.block_k <= 256
     tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", transposed)} if tma else None
     load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes, tiles,
-                  parities=parities)
+                  parities=parities, vector_loads=True)
     if pairs:
         loop.line("a_e, a_o = tl.split(tl.permute(tl.reshape(a, (BLOCK_K // 2, 2, BLOCK_M)), (0, 2, 1)))"
                   if transposed else "a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))")

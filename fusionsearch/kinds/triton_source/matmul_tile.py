@@ -222,18 +222,21 @@ def tma_tile_loads(g: OpGraph, mm: str, side: str, t: MatmulTile, k_start: str, 
 def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source, hoist: Source, buffers: Buffers,
                   upcast: bool, even_k: bool, op_dtype: torch.dtype, shapes: dict[str, str],
                   tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None,
-                  parities: dict[str, tuple[tuple[MatmulTile, str], ...]] | None = None) -> None:
+                  parities: dict[str, tuple[tuple[MatmulTile, str], ...]] | None = None,
+                  vector_loads: bool = False) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
     is not a whole number of blocks, zero past K (the prologue may map 0 to something else: exp, +1, ...).
     `t_b`: B's index components where they are not A's (the grouped matmul: one expert's weight for a block of
     pairs from different batches). `parities`: for a side, instead of `t`, tiles of the even and odd K with the
-    suffix of their variables (`b_e`, `b_o`), evaluated by one evaluator, so a byte both read is loaded once."""
+    suffix of their variables (`b_e`, `b_o`), evaluated by one evaluator, so a byte both read is loaded once.
+    `vector_loads`: the evaluators load one-axis values 1-D (TileEvaluator)."""
     ops = template_operands(g, k.matmul)
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
         ev = TileEvaluator(g, set(nodes), buffers, loop, upcast, hoist=hoist,
-                           loop_tokens=("idx_k", "mask_k", "kb"), tiles=(tiles or {}).get(side))
+                           loop_tokens=("idx_k", "mask_k", "kb"), tiles=(tiles or {}).get(side),
+                           vector_loads=vector_loads)
         for tile, suffix in (parities or {}).get(side) or ((t_b if side == "B" and t_b else t, ""),):
             v = ev.value(ops[side], operand_index(g, k.matmul, side, tile))
             var = side.lower() + suffix

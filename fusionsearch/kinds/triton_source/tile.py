@@ -159,14 +159,16 @@ class TileEvaluator:
 
     `computed` are the nodes this region computes (the rest are loaded); `seeded` maps a node to a value
     already available at the region's own index (the matmul result in an epilogue). Values that do not
-    depend on `loop_tokens` go to `hoist` (before the K loop) when one is given.
+    depend on `loop_tokens` go to `hoist` (before the K loop) when one is given. `vector_loads`: a load whose
+    index spans one axis of the 2-D tile (a per-column scale at idx_n[:, None]) is made 1-D, then expanded
+    (`_vector_index`).
     """
 
     def __init__(self, g: OpGraph, computed: set[str], buffers: Buffers, body: Source, upcast: bool,
                  hoist: Source | None = None, loop_tokens: tuple[str, ...] = (),
-                 tiles: TileLoads | None = None) -> None:
+                 tiles: TileLoads | None = None, vector_loads: bool = False) -> None:
         self.g, self.computed, self.buffers, self.upcast = g, computed, buffers, upcast
-        self.body, self.hoist, self.tiles = body, hoist, tiles
+        self.body, self.hoist, self.tiles, self.vector_loads = body, hoist, tiles, vector_loads
         self.memo: dict[tuple[str, tuple[str, ...]], Value] = {}
         self._variant = set(loop_tokens)
         self._descriptors: dict[str, str] = {}
@@ -221,11 +223,13 @@ class TileEvaluator:
             expr = f"{self._descriptors[n]}.load([{', '.join(self.tiles.offsets)}])" + (".T" if self.tiles.transposed
                                                                                       else "")
             return self._emit("ld", expr, node.dtype, node.dtype, True)
-        mask = mask_of(index)
-        args = f"{arg.ptr} + {offset(arg, index)}"
+        variant = self._is_variant(*(c.expr for c in index), mask_of(index))
+        vector = _vector_index(index) if self.vector_loads else None
+        load_index, expand = vector if vector else (index, "")
+        mask = mask_of(load_index)
+        args = f"{arg.ptr} + {offset(arg, load_index)}"
         expr = f"tl.load({args}, mask={mask}, other=0)" if mask else f"tl.load({args})"
-        variant = self._is_variant(*(c.expr for c in index), mask)
-        return self._emit("ld", expr, node.dtype, node.dtype, variant)
+        return self._emit("ld", expr + expand, node.dtype, node.dtype, variant)
 
     def _layout_index(self, n: str, index: tuple[Idx, ...]) -> tuple[Idx, ...]:
         node = self.g.node(n)
@@ -311,6 +315,32 @@ class TileEvaluator:
         data = convert(v.name, v.dtype, self.g.node(n).dtype)
         tail = f", mask={mask}" if mask else ""
         self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
+
+
+_AXIS = re.compile(r"^([A-Za-z_]\w*)(\[:, None\]|\[None, :\])$")
+
+
+def _vector_index(index: tuple[Idx, ...]) -> tuple[tuple[Idx, ...], str] | None:
+    """`index` as 1-D (each tile-axis component `v[:, None]` read as `v`, scalars kept) and the expansion that
+    puts the loaded vector back on its axis, when every component that spans the tile spans the same one axis
+    as a plain variable (its mask too); else None. Why: a [BN, 1] load gets a layout of its own, and a
+    product of it with a dot operand is then computed in that layout and moved to the operand's through shared
+    memory every K step (the generated w8 decode kernel stored each dequantised weight element to shared memory
+    and read it back); a 1-D load expanded follows the operand's layout in registers."""
+    axis, out = None, []
+    for c in index:
+        m = _AXIS.match(c.expr)
+        if m is None:
+            if "[" in c.expr or "arange" in c.expr or "idx_" in c.expr or (c.mask and c.mask != "None"):
+                return None
+            out.append(c)  # a scalar: the batch, a group row
+            continue
+        mask = _AXIS.match(c.mask) if c.mask else None
+        if (axis or m[2]) != m[2] or (c.mask and (mask is None or mask[2] != m[2])):
+            return None
+        axis = m[2]
+        out.append(Idx(m[1], mask[1] if mask else None))
+    return (tuple(out), axis) if axis else None
 
 
 def _broadcast_index(src: tuple[int, ...], out: tuple[int, ...], index: tuple[Idx, ...]) -> tuple[Idx, ...]:
