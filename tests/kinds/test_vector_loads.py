@@ -59,6 +59,7 @@ def test_a_one_axis_index_reads_what_the_2d_load_read(index):
     (Idx("(kb * 64 + kp[None, :])"), Idx("idx_n[:, None]")),  # a compound index
     (ZERO, ZERO),  # a scalar load stays as it is
     (Idx("pid_b", "mask_b"), Idx("idx_n[:, None]")),  # a scalar with a mask
+    (Idx("row3"), Idx("idx_k[:, None]")),  # a gathered row: a loaded [1, BM] tile, not a scalar
 ])
 def test_anything_else_is_left_as_it_was(index):
     assert _vector_index(index) is None

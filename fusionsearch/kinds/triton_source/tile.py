@@ -317,6 +317,7 @@ class TileEvaluator:
         self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
 
 
+_SCALARS = {"pid_b", "pid_m", "pid_n", "pid_k", "kb"}  # the names a tile's index uses that are scalars
 _AXIS = re.compile(r"^([A-Za-z_]\w*)(\[:, None\]|\[None, :\])$")
 
 
@@ -331,8 +332,8 @@ def _vector_index(index: tuple[Idx, ...]) -> tuple[tuple[Idx, ...], str] | None:
     for c in index:
         m = _AXIS.match(c.expr)
         if m is None:
-            if "[" in c.expr or "arange" in c.expr or "idx_" in c.expr or (c.mask and c.mask != "None"):
-                return None
+            if c.mask or not set(re.findall(r"[A-Za-z_]\w*", c.expr)) <= _SCALARS:
+                return None  # a gathered row, a loaded value: a tile of its own
             out.append(c)  # a scalar: the batch, a group row
             continue
         mask = _AXIS.match(c.mask) if c.mask else None
