@@ -15,7 +15,15 @@ import sys
 
 import torch
 
-from fusionsearch.measure.l2_flush import FLUSH_BYTES, CleanFlush, call_times_ms, quantiles, read_words
+from fusionsearch.measure.l2_flush import (
+    FLUSH_BLOCK,
+    FLUSH_BYTES,
+    FLUSH_PROGRAMS,
+    CleanFlush,
+    call_times_ms,
+    quantiles,
+    read_words,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import add_out, md_table, out_file, run_facts, write_json  # noqa: E402
@@ -30,10 +38,10 @@ def main() -> None:
     dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     flushes = {"zero 256 MB (do_bench)": dirty.zero_, "read 256 MB (fusionsearch)": CleanFlush(), "none": lambda: None}
     big = torch.randint(-2**31, 2**31 - 1, (1 << 28,), dtype=torch.int32, device="cuda")  # 1 GiB
-    sink = torch.zeros(1056, dtype=torch.int32, device="cuda")
+    sink = torch.zeros(FLUSH_PROGRAMS, dtype=torch.int32, device="cuda")
 
     def read(nbytes: int):
-        return lambda: read_words()[(sink.numel(),)](big, sink, nbytes // 4, 1024)
+        return lambda: read_words()[(sink.numel(),)](big, sink, nbytes // 4, FLUSH_BLOCK)
 
     def copy(nbytes: int):
         src, dst = big[:nbytes // 8], big[nbytes // 8:nbytes // 4]

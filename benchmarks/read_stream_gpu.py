@@ -1,4 +1,7 @@
-"""GPU (issue 27): how fast can a Triton kernel read the w8 weight (int8 [8192, 8192]) at all? Not yet run.
+"""GPU (issue 27): how fast can a Triton kernel read the w8 weight (int8 [8192, 8192]) at all? Timed with
+triton.testing.do_bench, whose L2 flush (zeroing 256 MB) charges each read ~9 us of write-back (see
+fusionsearch.measure.l2_flush): its figures compare with each other and with runs before that timer change.
+Run once: benchmarks/results/h100-2026-12-05e-clean-flush/1-read-stream/ (no load path faster than another).
 Read-only kernels (an int32 sum of the bytes, written per CTA), against the suite's copy (half read, half
 written) and a torch reduction of the same bytes:
   ptr:   2-D pointer loads of [BK, BN] tiles, pipelined by tl.range(num_stages) (cp.async through shared memory)

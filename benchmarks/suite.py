@@ -42,6 +42,7 @@ from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure import TOLERANCE, Timing, rel_error, time_callable
 from fusionsearch.measure.bench import kernel_times, measure_ceilings, time_interleaved
+from fusionsearch.measure.l2_flush import FLUSH_BYTES
 from fusionsearch.plan import TileConfig
 from fusionsearch.plan.matmul import Problem, problem
 from fusionsearch.search.study import SearchOptions, run_study
@@ -70,7 +71,7 @@ from benchmarks.harness import (  # noqa: E402
 LABELS = {"cublas_bare": "cuBLAS bare", "cublas_per_expert": "cuBLAS per expert", "eager": "eager",
           "torch_compile": "torch.compile",
           "max_autotune": "max-autotune", "fusionsearch": "fusionsearch"}
-L2_FLUSH_WORDS = "clean (a 256 MB read)"  # how this script's timer flushes L2 (fusionsearch.measure.l2_flush)
+L2_FLUSH_WORDS = f"clean (a {FLUSH_BYTES >> 20} MB read)"  # how the timer flushes L2 (fusionsearch.measure.l2_flush)
 TIMED = "_timed"  # a record's timed callable, held until the case's interleaved rounds (never written out)
 MAX_AUTOTUNE_CONFIG = {"prologue_fusion": True, "epilogue_fusion": True}
 # The searched plan again under code generator options (column label, options): operand tiles read through

@@ -29,7 +29,8 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
     DecodeConfig(64, 128, 4, 4, 3, "fma_acc"),
     # The grid of the fastest handwritten w8 GEMV of the generated dot_t form (29.6 us at one row on the H100,
     # benchmarks/results/h100-2026-12-05e-clean-flush/4-w8-gap; generated then 41.1 us, its scale's [BN, 1]
-    # load sending the weight tile through shared memory; since 1-D, its sm_90 loop SASS is the handwritten's).
+    # load sending the weight tile through shared memory; loaded 1-D since, its sm_90 K loop has 381 instructions
+    # to the handwritten's 384, benchmarks/results/cpu-2026-12-05e-decode-sass; not yet timed as generated).
     DecodeConfig(128, 64, 8, 4, 3, "dot_t"),
 )
 _GRID = {
