@@ -67,9 +67,16 @@ def _shift_expr(sym: str) -> Callable[[Sequence[str], Attrs], str]:
         if len(args) == 1 and not attrs.get("scalar_first") and attrs["scalar"] in _ALWAYS_IN_RANGE:
             return f"({a} {sym} {b})"
         t = args[0]  # a tensor operand: both are in the result dtype, whose width bounds the amount
-        ok = f"(({b} >= 0) & ({b} < {t}.dtype.primitive_bitwidth))"
+        bits = f"{t}.dtype.primitive_bitwidth"
+        ok = f"(({b} >= 0) & ({b} < {bits}))"
         outside = f"tl.where({a} < 0, -1, 0)" if sym == ">>" else "0"
-        return f"tl.where({ok}, {a} {sym} tl.where({ok}, {b}, 0), {outside}).to({t}.dtype)"
+        wide = f"tl.where({ok}, {a} {sym} tl.where({ok}, {b}, 0), {outside}).to({t}.dtype)"
+        # Narrower than 32 bits: shifted in int32 (zero- or sign-extended as the dtype is) by the amount, or by
+        # the width where it is out of range, which leaves torch's 0 or -1 once truncated back; no per-element
+        # select (the int4 unpack's shift by a loaded amount paid one per nibble).
+        shifted = f"tl.full((), {a}, {t}.dtype)" if a.isdigit() else a  # a literal scalar a: 3 >> w
+        narrow = f"({shifted}.to(tl.int32) {sym} tl.where({ok}, {b}, {bits}).to(tl.int32)).to({t}.dtype)"
+        return f"({narrow} if {bits} < 32 else {wide})"
 
     return expr
 

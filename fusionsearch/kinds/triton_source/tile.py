@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fusionsearch.errors import CodegenError
-from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.ops_pointwise import promote
 from fusionsearch.graph.registry import InputInfo, get_op
 from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
@@ -172,6 +172,7 @@ class TileEvaluator:
         self.memo: dict[tuple[str, tuple[str, ...]], Value] = {}
         self._variant = set(loop_tokens)
         self._descriptors: dict[str, str] = {}
+        self._magic: dict[str, tuple[Value, int, int]] = {}  # a small int cast by its bits: (MAGIC + q, MAGIC, bound)
 
     def seed(self, node: str, index: tuple[Idx, ...], value: Value) -> None:
         self.memo[(node, tuple(c.expr for c in index))] = value
@@ -281,11 +282,23 @@ class TileEvaluator:
         variant = any(self._is_variant(v.name) for v in operands)
         if node.op == "cast":
             (v,) = operands
-            expr = convert(v.name, v.dtype, node.dtype)
+            bound = _nonnegative_bound(self.g, node.inputs[0])
+            biased = _small_int_bits(v.name, v.dtype, node.dtype, bound)
+            if biased:
+                raw = self._emit("v", biased, node.dtype, node.dtype, variant)
+                expr = f"({raw.name} - tl.full((), {_MAGIC[node.dtype][1]}, {tl_dtype(node.dtype)}))"
+            else:
+                expr = convert(v.name, v.dtype, node.dtype)
             dtype = node.dtype
             if self.upcast and node.dtype in (torch.float16, torch.bfloat16):
                 expr, dtype = f"{expr}.to(tl.float32)", torch.float32  # keep the rounding, compute on in fp32
-            return self._emit("v", expr, dtype, node.dtype, variant)
+            out = self._emit("v", expr, dtype, node.dtype, variant)
+            if biased and bound is not None:
+                self._magic[out.name] = (raw, _MAGIC[node.dtype][1], bound)
+            return out
+        folded = self._fold_offset(node, operands, variant)
+        if folded:
+            return folded
         if node.dtype == torch.bool:  # comparisons: compute in the operands' promoted dtype
             infos = [InputInfo(src, self.g.node(src).shape, self.g.node(src).dtype) for src in node.inputs]
             cdt = promote(infos, node.attrs)
@@ -308,6 +321,28 @@ class TileEvaluator:
             v = self._emit("v", convert(v.name, result_dtype, node.dtype), node.dtype, node.dtype, variant)
         return v
 
+    def _fold_offset(self, node: Node, operands: list[Value], variant: bool) -> Value | None:
+        """`q + c` or `q - c` (c an integer scalar) of a small int cast by its bits as one subtraction from the
+        biased value, MAGIC + q - (MAGIC -+ c), where every value is an integer the float holds exactly: the
+        same bits as the cast then the offset (the int4 unpack's -8), one instruction fewer a weight pair."""
+        c = node.attrs.get("scalar")
+        if (node.op not in ("add", "sub") or len(operands) != 1 or node.attrs.get("scalar_first")
+                or operands[0].name not in self._magic or isinstance(c, bool) or not isinstance(c, (int, float))
+                or not float(c).is_integer()):
+            return None
+        raw, magic, bound = self._magic[operands[0].name]
+        if node.dtype != raw.dtype:
+            return None
+        shift = magic + (int(c) if node.op == "sub" else -int(c))
+        exact = 2 * magic  # the integers up to which the float's mantissa reaches
+        if not (0 <= shift <= exact and max(abs(magic - shift), abs(bound + magic - shift)) <= exact):
+            return None
+        expr = f"({raw.name} - tl.full((), {shift}, {tl_dtype(raw.dtype)}))"
+        dtype = raw.dtype
+        if self.upcast and raw.dtype in LOW_PRECISION:
+            expr, dtype = f"{expr}.to(tl.float32)", torch.float32
+        return self._emit("v", expr, dtype, node.dtype, variant)
+
     def store(self, n: str, index: tuple[Idx, ...], v: Value) -> None:
         """Write `v` (node `n`'s value at `index`) to `n`'s output buffer, converted to the graph dtype."""
         arg = self.buffers.get(n, "out")
@@ -315,6 +350,43 @@ class TileEvaluator:
         data = convert(v.name, v.dtype, self.g.node(n).dtype)
         tail = f", mask={mask}" if mask else ""
         self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
+
+
+# Floats whose bits OR'd onto a small non-negative integer q give MAGIC + q exactly: (bits, MAGIC, the integer
+# dtype the bits are built in, the largest q).
+_MAGIC: dict[torch.dtype, tuple[int, int, torch.dtype, int]] = {
+    torch.bfloat16: (0x4300, 128, torch.int16, 127),
+    torch.float16: (0x6400, 1024, torch.int16, 1023),
+    torch.float32: (0x4B000000, 1 << 23, torch.int32, (1 << 23) - 1),
+}
+_INTEGER_BOUNDS = {torch.uint8: 255, torch.bool: 1}
+
+
+def _nonnegative_bound(g: OpGraph, n: str) -> int | None:
+    """The largest value of integer node `n` where it is known never negative (x & m with m >= 0, any uint8);
+    else None. Layout ops (a view of the nibbles) move values without changing them."""
+    node = g.node(n)
+    while node.kind == "layout":
+        node = g.node(node.inputs[0])
+    scalar = node.attrs.get("scalar")
+    if node.op == "bitwise_and" and len(node.inputs) == 1 and not isinstance(scalar, bool) and isinstance(
+            scalar, int) and 0 <= scalar:
+        return min(scalar, _INTEGER_BOUNDS.get(node.dtype, scalar))
+    return _INTEGER_BOUNDS.get(node.dtype)
+
+
+def _small_int_bits(expr: str, src: torch.dtype, dst: torch.dtype, bound: int | None) -> str | None:
+    """An integer q in [0, bound] as the `dst` float MAGIC + q, made by OR'ing its bits onto MAGIC's: less
+    MAGIC, it is q converted without an int-to-float instruction (a quarter-rate one on sm_90: one per int4
+    weight element). Exact, as the conversion is, for q within the mantissa's reach; None where q's range
+    is not known to be."""
+    if bound is None or dst not in _MAGIC or src.is_floating_point or src == torch.bool:
+        return None
+    bits, _, int_dtype, largest = _MAGIC[dst]
+    if bound > largest:
+        return None
+    it, ft = tl_dtype(int_dtype), tl_dtype(dst)
+    return f"({expr}.to({it}) | tl.full((), {bits}, {it})).to({ft}, bitcast=True)"
 
 
 _SCALARS = {"pid_b", "pid_m", "pid_n", "pid_k", "kb"}  # the names a tile's index uses that are scalars
