@@ -72,3 +72,21 @@ def test_every_timed_call_follows_a_flush_and_excludes_it(monkeypatch):
 
 def test_quantiles_interpolate():
     assert l2_flush.quantiles([4.0, 1.0, 3.0, 2.0], [0.5, 0.0, 1.0]) == [2.5, 1.0, 4.0]
+
+
+def test_time_callable_times_each_call_after_the_clean_flush(monkeypatch):
+    """The product's timer (time_callable: the search, the collector and every script) goes through the clean
+    flush: every timed call follows one, and the figure is the call's 2 ms alone, not flush and call."""
+    from fusionsearch.measure import bench
+
+    clock = FakeClock()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", clock.event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 0)
+    monkeypatch.setattr(l2_flush, "_flush", lambda: clock.flush)
+    t = bench.time_callable(clock.fn, warmup_ms=10, rep_ms=50)
+    assert (t.median_us, t.p20_us, t.p80_us) == (2000.0, 2000.0, 2000.0)
+    assert clock.log[-40:] == ["flush", "mark", "fn", "mark"] * 10
