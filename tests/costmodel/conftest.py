@@ -78,7 +78,7 @@ def synthetic_rows(seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # read-only: test_learned and test_refit share the one file
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("costmodel") / "measurements.jsonl.gz")
     rows = synthetic_rows()

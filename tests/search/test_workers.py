@@ -143,11 +143,13 @@ def test_worker_counts() -> None:
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-2"])
-def test_the_cli_refuses_a_bad_worker_count(value: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "fusionsearch", "search", "--backend", "model", "--workers", value],
-                       capture_output=True, text=True)
-    assert p.returncode == 2
-    assert p.stderr.strip().splitlines()[-1].startswith("fusionsearch: error: --workers takes a positive number")
+def test_the_cli_refuses_a_bad_worker_count(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The CLI's main in this process (`python -m fusionsearch` exits with main's code: tests/test_cli.py)
+    from fusionsearch.cli import main
+
+    assert main(["search", "--backend", "model", "--workers", value]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("fusionsearch: error: --workers takes a positive number")
 
 
 def test_the_cli_runs_two_workers_and_reports_them_together(tmp_path: Path) -> None:
