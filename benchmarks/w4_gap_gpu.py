@@ -12,7 +12,6 @@ Split-K partials go to an fp32 workspace (reduce not timed). Then the generated 
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/w4_gap_gpu.py --out $OUT   (about 2 minutes)"""
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -104,9 +103,10 @@ def main():
                 rows.append({"form": name, "config": cfg, "us": us})
                 print(f"{name:12s} {cfg:28s} {us:7.1f}", flush=True)
     import fusionsearch as fs
+    from benchmarks.decode_sweep_gpu import with_kernel
     from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
     from fusionsearch.measure.bench import benchmark
-    from fusionsearch.plan import FusedMatmulKernel, fully_fused
+    from fusionsearch.plan import fully_fused
     for M in (1, 16):
         g = fs.workload("w4_dequant_mm", M=M, K=K, N=N, G=G)
         base = fully_fused(g)
@@ -114,10 +114,8 @@ def main():
         for c in (DecodeConfig(64, 128, 4, 4, 3, "dot_t", pairs=True), DecodeConfig(128, 128, 4, 4, 3, "dot_t",
                   pairs=True), DecodeConfig(128, 128, 4, 8, 4, "dot_t", pairs=True),
                   DecodeConfig(128, 64, 8, 4, 3, "dot_t", pairs=True), DecodeConfig(64, 128, 4, 4, 3, "dot_t")):
-            ks = tuple(DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, c)
-                       if isinstance(k, FusedMatmulKernel) else k for k in base.kernels)
             try:
-                p = dataclasses.replace(base, kernels=ks).check()
+                p = with_kernel(base, lambda k, c=c: DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, c))
                 t = benchmark(p, inputs, 5, 40)
                 us, why = t.median_us, t.reason
             except Exception as e:

@@ -106,7 +106,9 @@ def test_the_int4_unpack_casts_by_bits_and_folds_its_centring(dt):
 
 @pytest.mark.parametrize("dt", [torch.uint8, torch.int8, torch.int16])
 @pytest.mark.parametrize("op", ["bitwise_right_shift", "bitwise_left_shift"])
-def test_a_narrow_shift_by_a_loaded_amount_keeps_torchs_results_without_a_select(dt, op):
+def test_a_narrow_shift_by_a_loaded_amount_keeps_torchs_results(dt, op):
+    """The int32 form (no select) on every in- and out-of-range amount; its instruction count is in
+    benchmarks/results/cpu-2026-12-06-w4-sass, not asserted here."""
     info = torch.iinfo(dt)
     a = torch.tensor([info.min, info.min + 1, -5, -1, 0, 1, 5, 100, info.max], dtype=torch.int64).clamp(
         info.min, info.max).to(dt)

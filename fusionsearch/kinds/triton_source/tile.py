@@ -285,16 +285,17 @@ class TileEvaluator:
             bound = _nonnegative_bound(self.g, node.inputs[0])
             biased = _small_int_bits(v.name, v.dtype, node.dtype, bound)
             if biased:
+                magic = _MAGIC[node.dtype][1]
                 raw = self._emit("v", biased, node.dtype, node.dtype, variant)
-                expr = f"({raw.name} - tl.full((), {_MAGIC[node.dtype][1]}, {tl_dtype(node.dtype)}))"
+                expr = f"({raw.name} - tl.full((), {magic}, {tl_dtype(node.dtype)}))"
             else:
                 expr = convert(v.name, v.dtype, node.dtype)
             dtype = node.dtype
             if self.upcast and node.dtype in (torch.float16, torch.bfloat16):
                 expr, dtype = f"{expr}.to(tl.float32)", torch.float32  # keep the rounding, compute on in fp32
             out = self._emit("v", expr, dtype, node.dtype, variant)
-            if biased and bound is not None:
-                self._magic[out.name] = (raw, _MAGIC[node.dtype][1], bound)
+            if biased and bound is not None:  # (a bound there is: the bits form needs one)
+                self._magic[out.name] = (raw, magic, bound)
             return out
         folded = self._fold_offset(node, operands, variant)
         if folded:
