@@ -9,6 +9,7 @@ kernel is compiled for this purpose once."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -147,6 +148,20 @@ def kernel_resources(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: 
 
 
 def _compile(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int) -> KernelResources:
+    cubin, shared = compile_kernel(g, gk, module_source, arch)
+    registers, stack = _usage(cubin)
+    return KernelResources(registers, stack, shared, **sass_figures(_sass(cubin)))
+
+
+def kernel_sass(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int = 90) -> str:
+    """cuobjdump's SASS listing of generated kernel `gk` compiled for `arch` (no GPU needed): what the
+    benchmarks' instruction records read."""
+    return _sass(compile_kernel(g, gk, module_source, arch)[0])
+
+
+def compile_kernel(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int) -> tuple[bytes, int]:
+    """(cubin, shared-memory bytes) of `gk` compiled for `arch` as the GPU's JIT would specialise it for
+    contiguous, 16-byte aligned arguments; CodegenError when Triton or ptxas refuse it."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -168,9 +183,7 @@ def _compile(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: int) -> 
                                   options={"num_warps": gk.num_warps, "num_stages": gk.num_stages})
     except Exception as e:  # Triton's own errors (out of shared memory, unsupported op) name the cause
         raise CodegenError(f"compiling {gk.name} for sm_{arch} failed: {type(e).__name__}: {str(e)[:300]}") from None
-    cubin = compiled.asm["cubin"]
-    registers, stack = _usage(cubin)
-    return KernelResources(registers, stack, int(compiled.metadata.shared), **sass_figures(_sass(cubin)))
+    return compiled.asm["cubin"], int(compiled.metadata.shared)
 
 
 def _signature(g: OpGraph, gk: GeneratedKernel) -> tuple[dict[str, str], dict[str, int], dict[str, int]]:
@@ -228,9 +241,9 @@ def _sass(cubin: bytes) -> str:
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 
 
-def sass_figures(sass: str) -> dict[str, int]:
-    """The SASS figures of KernelResources from cuobjdump's listing: a loop is the address range of a backward
-    branch (BRA to a lower address); local-memory ops are LDL and STL (ptxas's spill and fill)."""
+def _code_and_loops(sass: str) -> tuple[list[tuple[int, str, str]], list[tuple[int, int]]]:
+    """cuobjdump's listing as (address, opcode, operands), and the loops: the address range of each backward
+    branch (BRA to a lower address)."""
     code = [(int(m[1], 16), m[2], m[3]) for m in _SASS_LINE.finditer(sass)]
     if not code:
         raise CodegenError("cuobjdump printed no SASS instructions")
@@ -239,6 +252,19 @@ def sass_figures(sass: str) -> dict[str, int]:
         target = re.match(r"\s*0x([0-9a-f]+)", operands)
         if opcode.startswith("BRA") and target and int(target[1], 16) < address:
             loops.append((int(target[1], 16), address))
+    return code, loops
+
+
+def loop_opcodes(sass: str) -> collections.Counter[str]:
+    """The instructions inside the listing's loops by opcode (its first dot-separated part: LDS, HGMMA, ...)."""
+    code, loops = _code_and_loops(sass)
+    return collections.Counter(op.split(".")[0] for a, op, _ in code if any(s <= a <= e for s, e in loops))
+
+
+def sass_figures(sass: str) -> dict[str, int]:
+    """The SASS figures of KernelResources from cuobjdump's listing: a loop is the address range of a backward
+    branch; local-memory ops are LDL and STL (ptxas's spill and fill)."""
+    code, loops = _code_and_loops(sass)
 
     def in_loop(address: int) -> bool:
         return any(start <= address <= end for start, end in loops)

@@ -30,7 +30,9 @@ class CodegenOptions:
     (so one tile's epilogue and stores can overlap the next tile's loads). `split_epilogue`: each template
     finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
     epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
-    loop (load and MMA warps apart) instead of the flattened one. `fp32_dot`: how matmuls of fp32 operands
+    loop (load and MMA warps apart) instead of the flattened one. `scale_after_dot` (the decode kind): a
+    prologue's last multiply by a value constant along K (w8's per-column scale) is applied to the accumulator
+    after the K loop instead of to every weight element (scale_after_dot.py). `fp32_dot`: how matmuls of fp32 operands
     multiply: "tf32x3" (default since 2026-12-04: each operand split into two tf32 parts, three tensor-core
     products; within 7e-7 of float64 on the H200 where eager's exact fp32 is within 1.6e-6), "ieee" (exact fp32
     products on the FMA units, as eager PyTorch: over 1,629 measured fp32 templates slower in 74%, 2.3x in
@@ -45,6 +47,7 @@ class CodegenOptions:
     persistent: bool = False
     split_epilogue: bool = False
     warp_specialize: bool = False
+    scale_after_dot: bool = True
     fp32_dot: str = FP32_DOT
 
     def __post_init__(self) -> None:

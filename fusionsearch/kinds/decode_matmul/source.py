@@ -25,6 +25,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     tile_header,
     tma_tile_loads,
 )
+from fusionsearch.kinds.triton_source.scale_after_dot import find_scales
 from fusionsearch.kinds.triton_source.tile import Buffers
 from fusionsearch.plan.matmul import problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
@@ -49,8 +50,8 @@ def tile_shape(g: OpGraph, k: DecodeKernel) -> TileShape:
 def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o: CodegenOptions
                     ) -> list[GeneratedKernel]:
     """The Triton kernel of one decode matmul (split-K serial: one launch). Of the codegen options it follows
-    the upcasts, split_epilogue, fp32_dot and tma_loads (the weight's tiles); persistent or warp-specialised
-    loops are the template's."""
+    the upcasts, split_epilogue, fp32_dot, tma_loads (the weight's tiles) and scale_after_dot; persistent or
+    warp-specialised loops are the template's."""
     p = problem(g, k.matmul)
     if min(p.m, p.n, p.k) == 0:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
@@ -95,8 +96,9 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     # whose K tiles are not the weight's)
     tma = o.tma_loads and not pairs and cfg.block_n <= 256 and cfg.block_k <= 256
     tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", transposed)} if tma else None
+    scales = tuple(find_scales(g, k).values()) if o.scale_after_dot else ()
     load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes, tiles,
-                  parities=parities, vector_loads=True)
+                  parities=parities, vector_loads=True, scales=scales)
     if pairs:
         loop.line("a_e, a_o = tl.split(tl.permute(tl.reshape(a, (BLOCK_K // 2, 2, BLOCK_M)), (0, 2, 1)))"
                   if transposed else "a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))")
@@ -116,8 +118,9 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     tiles = math.ceil(p.n / cfg.block_n)
     constexprs = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": 1}
     if split == 1:
-        finish_tile(g, k, stored, src, buffers, t, o.upcast_epilogue, p, cfg, even_k, o.split_epilogue)
+        finish_tile(g, k, stored, src, buffers, t, o.upcast_epilogue, p, cfg, even_k, o.split_epilogue, scales)
         return [assemble_kernel(name, kernel_src, buffers, (tiles, 1, p.batch), constexprs, cfg)]
-    serial_split_k(g, k, stored, src, buffers, t, o.upcast_epilogue, p, cfg, even_k, o.split_epilogue, split, tiles)
+    serial_split_k(g, k, stored, src, buffers, t, o.upcast_epilogue, p, cfg, even_k, o.split_epilogue, split, tiles,
+                   scales)
     return [assemble_kernel(name, kernel_src, buffers, (tiles, split, p.batch), constexprs, cfg,
                             split * p.batch * p.m * p.n, tiles * p.batch)]

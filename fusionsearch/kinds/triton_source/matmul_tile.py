@@ -14,6 +14,7 @@ from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds.triton_source.dtypes import Value, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
+from fusionsearch.kinds.triton_source.scale_after_dot import ScaleAfterDot
 from fusionsearch.kinds.triton_source.tile import (
     Affine,
     Buffers,
@@ -148,12 +149,19 @@ def tile_header(src: Source, title: str, p: Problem, split: int, persistent: boo
 
 
 def _epilogue(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers, t: MatmulTile,
-              acc: str, upcast: bool) -> None:
-    """store_output hook: the matmul value (with its bias) at the output tile, the fused epilogue, the stores."""
+              acc: str, upcast: bool, scales: tuple[ScaleAfterDot, ...] = ()) -> None:
+    """store_output hook: the matmul value (its operands' factors moved after the dot applied, with its bias) at
+    the output tile, the fused epilogue, the stores."""
     node = g.node(k.matmul)
     out_idx = output_index(g, k.matmul, t)
-    ev = TileEvaluator(g, set(k.epilogue) | {k.matmul}, buffers, src, upcast)
+    ev = TileEvaluator(g, set(k.epilogue) | {k.matmul} | {n for s in scales for n in s.computed}, buffers, src,
+                       upcast)
     value = acc
+    for s in scales:
+        sv = ev.value(s.scale, _broadcast_index(g.node(s.scale).shape, node.shape, out_idx))
+        scaled = src.names.fresh("acc_scaled")
+        src.line(f"{scaled} = {value} {'/' if s.divide else '*'} {convert(sv.name, sv.dtype, torch.float32)}")
+        value = acc = scaled
     bias = template_operands(g, k.matmul).get("bias")
     if bias is not None:
         bv = ev.value(bias, _broadcast_index(g.node(bias).shape, node.shape, out_idx))
@@ -180,13 +188,15 @@ def _epilogue(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, b
 
 
 def finish_tile(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers, t: MatmulTile,
-                 upcast: bool, p: Problem, cfg: TileShape, even_k: bool, split_epilogue: bool) -> None:
-    """The epilogue on the tile's accumulator `acc`: whole, or with `split_epilogue` (and BLOCK_N >= 32) in
-    two column halves one after the other (a static loop over idx_nh / mask_nh, the half's columns), so that
-    its temporaries and store addresses cover half the tile at a time: compiled for sm_90, mm_bias_gelu's
-    128x256x64 tile goes from 255 registers and a 96-byte spill to 244 registers and none."""
+                 upcast: bool, p: Problem, cfg: TileShape, even_k: bool, split_epilogue: bool,
+                 scales: tuple[ScaleAfterDot, ...] = ()) -> None:
+    """The epilogue on the tile's accumulator `acc` (first multiplied by `scales`, the operand factors the K
+    loop left out): whole, or with `split_epilogue` (and BLOCK_N >= 32) in two column halves one after the
+    other (a static loop over idx_nh / mask_nh, the half's columns), so that its temporaries and store addresses
+    cover half the tile at a time: compiled for sm_90, mm_bias_gelu's 128x256x64 tile goes from 255 registers
+    and a 96-byte spill to 244 registers and none."""
     if not split_epilogue or cfg.block_n < 32:
-        _epilogue(g, k, stored, src, buffers, t, "acc", upcast)
+        _epilogue(g, k, stored, src, buffers, t, "acc", upcast, scales)
         return
     src.line("acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))")
     src.line("for half in tl.static_range(2):")
@@ -197,7 +207,8 @@ def finish_tile(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source,
     body.line("    acc_h = acc_hi")
     body.line("idx_nh = pid_n * BLOCK_N + half * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)")
     body.line("mask_nh = idx_nh < N")
-    _epilogue(g, k, stored, body, buffers, MatmulTile(p, cfg.block_m, cfg.block_n, even_k, n="nh"), "acc_h", upcast)
+    _epilogue(g, k, stored, body, buffers, MatmulTile(p, cfg.block_m, cfg.block_n, even_k, n="nh"), "acc_h", upcast,
+              scales)
     src.splice(body)
 
 
@@ -223,7 +234,7 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
                   upcast: bool, even_k: bool, op_dtype: torch.dtype, shapes: dict[str, str],
                   tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None,
                   parities: dict[str, tuple[tuple[MatmulTile, str], ...]] | None = None,
-                  vector_loads: bool = False) -> None:
+                  vector_loads: bool = False, scales: tuple[ScaleAfterDot, ...] = ()) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
@@ -231,8 +242,9 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
     `t_b`: B's index components where they are not A's (the grouped matmul: one expert's weight for a block of
     pairs from different batches). `parities`: for a side, instead of `t`, tiles of the even and odd K with the
     suffix of their variables (`b_e`, `b_o`), evaluated by one evaluator, so a byte both read is loaded once.
-    `vector_loads`: the evaluators load one-axis values 1-D (TileEvaluator)."""
-    ops = template_operands(g, k.matmul)
+    `vector_loads`: the evaluators load one-axis values 1-D (TileEvaluator). `scales`: a side whose factor
+    constant along K the epilogue applies reads the factor's other operand instead."""
+    ops = {**template_operands(g, k.matmul), **{s.side: s.operand for s in scales}}
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
         ev = TileEvaluator(g, set(nodes), buffers, loop, upcast, hoist=hoist,
                            loop_tokens=("idx_k", "mask_k", "kb"), tiles=(tiles or {}).get(side),
@@ -251,7 +263,7 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
 
 def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers,
                    t: MatmulTile, upcast: bool, p: Problem, cfg: TileShape, even_k: bool, split_epilogue: bool,
-                   split: int, tiles: int) -> None:
+                   split: int, tiles: int, scales: tuple[ScaleAfterDot, ...] = ()) -> None:
     """After the K loop of split `pid_k`: its partial tile `acc` to the fp32 workspace, then the split that
     arrives last at the tile sums every split's partial and runs the epilogue (one launch; a per-tile arrival
     counter, reset by that last split). Every thread's partial tile is stored before one release-acquire
@@ -270,7 +282,7 @@ def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Sour
     last.line(f"    ws_off = ((s * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
     last.line("    acc += tl.load(ws_ptr + ws_off, mask=mask_m[:, None] & mask_n[None, :], other=0.0, "
               "cache_modifier='.cg')")
-    finish_tile(g, k, stored, last, buffers, t, upcast, p, cfg, even_k, split_epilogue)
+    finish_tile(g, k, stored, last, buffers, t, upcast, p, cfg, even_k, split_epilogue, scales)
     last.line("tl.atomic_xchg(sem_ptr + sem_off, 0, sem='relaxed', scope='gpu')")
     src.splice(last)
 
