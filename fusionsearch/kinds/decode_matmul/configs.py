@@ -14,24 +14,29 @@ from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
 MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
-# The fastest of benchmarks/decode_sweep_gpu.py's grid (H100, benchmarks/results/h100-2026-12-05-decode-sweep):
-# fma at one row of w8 (1.65x the floor), dot_t / dot n64 k128 at 4 and 16 rows and for int4, split 8 for a
-# K of 4096 (mm_bias_gelu).
+# The fastest of benchmarks/decode_sweep_gpu.py's grid and the suite, best first (H100, L2 flushed clean,
+# benchmarks/results/h100-2026-12-06-scale-after-dot): w8 at 1 and 16 rows `dot_t n128 k64 sk8` (29.5 / 31.6 us,
+# 1.34 / 1.42x the floor), `dot_t n256 k32 sk16` next at one row (29.9); int4 (nibble pairs) `dot_t n64 k128
+# sk4` (29.1 / 28.5 us at 1 / 16 rows); mm_bias_gelu M16 (K 4096) `dot n64 k32 sk8 w8 s4` (18.0). Then the
+# earlier sweep's (h100-2026-12-05-decode-sweep, old flush): fma at one row of w8, dot n64 k128 at 4 and 16 rows,
+# and the 2-D-accumulator form of the fastest standalone int4 GEMV (h100-2026-12-05d-w4-pairs/explore).
 KNOWN_GOOD: tuple[DecodeConfig, ...] = (
+    DecodeConfig(128, 64, 8, 4, 3, "dot_t"),
+    DecodeConfig(64, 128, 4, 4, 3, "dot_t"),
+    DecodeConfig(256, 32, 16, 4, 3, "dot_t"),
+    DecodeConfig(64, 32, 8, 8, 4, "dot"),
     DecodeConfig(256, 16, 16, 8, 4, "fma"),
     DecodeConfig(128, 32, 16, 4, 3, "fma"),
-    DecodeConfig(64, 128, 4, 4, 3, "dot_t"),
     DecodeConfig(64, 128, 4, 4, 3, "dot"),
     DecodeConfig(64, 128, 8, 4, 3, "dot"),
-    # Not from that grid: the form and blocks of the fastest standalone int4 GEMV (nibble pairs, a 2-D
-    # accumulator: 28.4 us on the H100, benchmarks/results/h100-2026-12-05d-w4-pairs/explore); not yet timed
-    # as generated.
     DecodeConfig(64, 128, 4, 4, 3, "fma_acc"),
-    # The grid of the fastest handwritten w8 GEMV of the generated dot_t form (29.6 us at one row on the H100,
-    # benchmarks/results/h100-2026-12-05e-clean-flush/4-w8-gap; generated then 41.1 us, its scale's [BN, 1]
-    # load sending the weight tile through shared memory; loaded 1-D since, its sm_90 K loop has 381 instructions
-    # to the handwritten's 384, benchmarks/results/cpu-2026-12-05e-decode-sass; not yet timed as generated).
-    DecodeConfig(128, 64, 8, 4, 3, "dot_t"),
+)
+# Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same run: `dot_t n64
+# k128 sk4` 29.1 us, `n128 k128 sk4` 33.1, `n128 k128 sk4 w8 s4` 34.0 at one row).
+KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
+    DecodeConfig(64, 128, 4, 4, 3, "dot_t", True),
+    DecodeConfig(128, 128, 4, 4, 3, "dot_t", True),
+    DecodeConfig(128, 128, 4, 8, 4, "dot_t", True),
 )
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
@@ -110,7 +115,7 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
     fixed = [c for c in KNOWN_GOOD if (not c.on_cuda_cores or p.m <= 4)
              and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
     if unpacks_pairs(g, mm):
-        fixed = [*_paired(fixed, p), *fixed]
+        fixed = list(dict.fromkeys([*_paired(list(KNOWN_GOOD_PAIRS), p), *_paired(fixed, p), *fixed]))
         grid = [x for c in grid for x in (*_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
