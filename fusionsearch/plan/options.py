@@ -17,27 +17,26 @@ FP32_DOT = "tf32x3"
 
 @dataclass(frozen=True)
 class CodegenOptions:
-    """How the plan's kernels are written (not what they compute): upcasts to fp32, split-K's one launch,
-    TMA loads, persistent tiles, the epilogue in two halves, warp specialisation, fp32 dot precision.
+    """How the plan's kernels are written (not what they compute): upcasts to fp32, split-K's one launch, TMA loads,
+    persistent tiles, the epilogue in two halves, warp specialisation, fp32 dot precision.
 
-    `upcast_*`: low-precision arithmetic of prologues / epilogues / pointwise kernels done in fp32.
-    A split-K matmul is one launch (`serial_split_k`: its tile's last split sums the partials and runs the
-    epilogue); `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200
-    the one launch lowered do_bench time in 10 of 12 plans measured
-    (benchmarks/results/h200-2026-12-03-launch-overhead/). `tma_loads`: operand tiles of contiguous 2-D
-    tensors read through TMA tensor descriptors (Hopper and later); such inputs must be 16-byte aligned.
-    `persistent`: templates without split-K launch one program per multiprocessor, each looping over tiles
-    (so one tile's epilogue and stores can overlap the next tile's loads). `split_epilogue`: each template
-    finishes its output tile in two column halves (fewer live registers: no spill where a whole-tile GELU
-    epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's warp-specialised
-    loop (load and MMA warps apart) instead of the flattened one. `scale_after_dot` (the decode kind): a
-    prologue's last multiply by a value constant along K (w8's per-column scale) is applied to the accumulator
-    after the K loop instead of to every weight element (scale_after_dot.py). `fp32_dot`: how matmuls of fp32 operands
-    multiply: "tf32x3" (default since 2026-12-04: each operand split into two tf32 parts, three tensor-core
-    products; within 7e-7 of float64 on the H200 where eager's exact fp32 is within 1.6e-6), "ieee" (exact fp32
-    products on the FMA units, as eager PyTorch: over 1,629 measured fp32 templates slower in 74%, 2.3x in
-    geometric mean, up to 106x with a prologue feeding the dot) or "tf32" (one tensor-core product, about 10
-    mantissa bits: 8e-4, fails the fp32 tolerance); benchmarks/results/h200-2026-12-04c-fp32-dot/."""
+    `upcast_*`: low-precision arithmetic of prologues / epilogues / pointwise kernels done in fp32. A split-K matmul
+    is one launch (`serial_split_k`: its tile's last split sums the partials and runs the epilogue);
+    `serial_split_k=False` gives the two-kernel form (partials, then a reduce kernel). On the H200 the one launch
+    lowered do_bench time in 10 of 12 plans measured (benchmarks/results/h200-2026-12-03-launch-overhead/).
+    `tma_loads`: operand tiles of contiguous 2-D tensors read through TMA tensor descriptors (Hopper and later);
+    such inputs must be 16-byte aligned. `persistent`: templates without split-K launch one program per
+    multiprocessor, each looping over tiles (so one tile's epilogue and stores can overlap the next tile's loads).
+    `split_epilogue`: each template finishes its output tile in two column halves (fewer live registers: no spill
+    where a whole-tile GELU epilogue spills). `warp_specialize`: persistent templates loop over tiles in Triton's
+    warp-specialised loop (load and MMA warps apart) instead of the flattened one. `scale_after_dot` (the decode
+    kind): a prologue's closing multiplies (or divisions) by values constant along K (w8's per-column scale) are
+    applied to the accumulator after the K loop instead of to every weight element (scale_after_dot.py). `fp32_dot`:
+    how matmuls of fp32 operands multiply: "tf32x3" (default since 2026-12-04: each operand split into two tf32
+    parts, three tensor-core products; within 7e-7 of float64 on the H200 where eager's exact fp32 is within
+    1.6e-6), "ieee" (exact fp32 products on the FMA units, as eager PyTorch: over 1,629 measured fp32 templates
+    slower in 74%, 2.3x in geometric mean, up to 106x with a prologue feeding the dot) or "tf32" (one tensor-core
+    product, about 10 mantissa bits: 8e-4, fails the fp32 tolerance); benchmarks/results/h200-2026-12-04c-fp32-dot/."""
 
     upcast_prologue: bool = False
     upcast_epilogue: bool = True

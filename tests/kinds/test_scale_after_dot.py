@@ -112,7 +112,7 @@ def test_either_side_a_computed_factor_and_a_division(side: str, computed: bool,
                                                       dtype: torch.dtype) -> None:
     g = _graph(side, dtype, computed, divide, first)
     scales = find_scales(g, _decode(g, CONFIGS[1], True).kernels[0])
-    assert list(scales) == [side] and scales[side].divide == divide
+    assert list(scales) == [side] and [f.divide for f in scales[side].factors] == [divide]
     assert bool(scales[side].computed) == computed
     for cfg in CONFIGS:
         plan = _decode(g, cfg, True)
@@ -155,3 +155,35 @@ def test_a_batched_factor_and_an_addmm_bias_scale_only_the_product() -> None:
     g.set_outputs([g.add("addmm", [bias, x, b], beta=0.5, alpha=-1.5)])
     for cfg in CONFIGS:
         _check(g, _decode(g, cfg, True))
+
+
+def test_a_chain_of_factors_moves_whole_and_stops_at_a_value_used_twice() -> None:
+    """int8 * s * 2^-6 (the property test's dequant source): both factors leave the loop; a value of the chain
+    that something else also reads stays, with what lies under it."""
+    for dt in (torch.float32, torch.float16):
+        g = OpGraph()
+        x, w, s = g.input("x", (3, 40), dt), g.input("w", (40, 24), torch.int8), g.input("s", (24,), dt)
+        ws = g.add("mul", [g.add("cast", [w], dtype=str(dt).removeprefix("torch.")), s])
+        g.set_outputs([g.add("mm", [x, g.add("div", [g.add("mul", [ws], scalar=2.0 ** -6)], scalar=0.5)])])
+        plan = _decode(g, CONFIGS[1], True)
+        (found,) = find_scales(g, plan.kernels[0]).values()
+        assert [(f.scale, f.scalar, f.divide) for f in found.factors] == [(None, 0.5, True), (None, 2.0 ** -6, False),
+                                                                           ("s", None, False)]
+        for cfg in CONFIGS:
+            plan = _decode(g, cfg, True)
+            assert not _factor_in_loop(_loop_and_tail(plan)[0], 2)
+            _check(g, plan)
+    g = OpGraph()
+    dt = torch.float32
+    x, w, s = g.input("x", (3, 40), dt), g.input("w", (40, 24), dt), g.input("s", (24,), dt)
+    ws = g.add("mul", [w, s])
+    b = g.add("mul", [g.add("add", [ws, g.add("exp", [ws])]), s])  # ws read twice: only the outer factor moves
+    g.set_outputs([g.add("mm", [x, b])])
+    plan = _decode(g, CONFIGS[0], True)
+    (found,) = find_scales(g, plan.kernels[0]).values()
+    assert [f.scale for f in found.factors] == ["s"] and g.node(found.operand).op == "add"
+    _check(g, plan)
+    g = OpGraph()
+    x, w = g.input("x", (3, 40), dt), g.input("w", (40, 24), dt)
+    g.set_outputs([g.add("mm", [x, g.add("mul", [w], scalar=float("inf"))])])
+    assert find_scales(g, _decode(g, CONFIGS[0], True).kernels[0]) == {}  # x * inf: its NaNs stay where eager's are

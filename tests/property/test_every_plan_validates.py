@@ -32,6 +32,7 @@ from fusionsearch.graph.opgraph import OpGraph, contiguous_strides
 from fusionsearch.graph.reference import random_inputs, reference
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
 from fusionsearch.kinds.grouped_matmul import GroupedConfig, GroupedKernel
+from fusionsearch.kinds.triton_source.scale_after_dot import find_scales
 from fusionsearch.measure import validate
 from fusionsearch.measure.validate import TOLERANCE, rel_error
 from fusionsearch.plan import FusedMatmulKernel, Plan, TemplateKernel, TileConfig, problem, template_operands
@@ -749,6 +750,8 @@ def _record(g: OpGraph, plan: Plan, space: Space, candidates: tuple[tuple[TileCo
                 note("decode kernel, pairs")
             if k.prologue_a or k.prologue_b or k.epilogue:
                 STATS["decode kernel with a fused node"] += 1
+            if plan.options.scale_after_dot and find_scales(g, k):
+                STATS["decode kernel with a factor applied after its K loop"] += 1
         if not isinstance(k, TemplateKernel):
             continue
         node = g.node(k.matmul)
@@ -813,6 +816,7 @@ def test_enough_graphs_were_validated() -> None:
     assert min(STATS[f"decode kernel, {form}"] for form in ("dot", "dot_t", "fma", "fma_acc")) >= 2
     assert STATS["decode kernel with a fused node"] >= 5
     assert STATS["decode kernel, pairs"] >= 2
+    assert STATS["decode kernel with a factor applied after its K loop"] >= 2
     assert STATS["grouped kernel, split-K 1"] + STATS["grouped kernel, split-K > 1"] >= 5
 
 

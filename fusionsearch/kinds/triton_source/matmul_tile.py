@@ -11,6 +11,7 @@ import torch
 
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.ops_pointwise import lit
 from fusionsearch.kinds.triton_source.dtypes import Value, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
@@ -157,10 +158,14 @@ def _epilogue(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, b
     ev = TileEvaluator(g, set(k.epilogue) | {k.matmul} | {n for s in scales for n in s.computed}, buffers, src,
                        upcast)
     value = acc
-    for s in scales:
-        sv = ev.value(s.scale, _broadcast_index(g.node(s.scale).shape, node.shape, out_idx))
+    for f in (f for s in scales for f in s.factors):
+        if f.scale is None:
+            factor = lit(f.scalar)  # type: ignore[arg-type]
+        else:
+            sv = ev.value(f.scale, _broadcast_index(g.node(f.scale).shape, node.shape, out_idx))
+            factor = convert(sv.name, sv.dtype, torch.float32)
         scaled = src.names.fresh("acc_scaled")
-        src.line(f"{scaled} = {value} {'/' if s.divide else '*'} {convert(sv.name, sv.dtype, torch.float32)}")
+        src.line(f"{scaled} = {value} {'/' if f.divide else '*'} {factor}")
         value = acc = scaled
     bias = template_operands(g, k.matmul).get("bias")
     if bias is not None:

@@ -7,6 +7,7 @@ float64 value than eager's rounding of X * S to bf16 before the dot."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fusionsearch.graph.opgraph import OpGraph
@@ -19,16 +20,25 @@ _OPS = ("mm", "bmm", "addmm")
 
 
 @dataclass(frozen=True)
+class Factor:
+    """One factor moved after the dot: the value of node `scale` (constant along K), or the number `scalar`;
+    the accumulator is divided by it where `divide`."""
+
+    scale: str | None
+    scalar: float | None
+    divide: bool
+
+
+@dataclass(frozen=True)
 class ScaleAfterDot:
-    """Side `side`'s operand is `operand` * `scale` (or / `scale`), `scale` constant along K: the dot reads
-    `operand`, and the accumulator is multiplied (divided) by `scale` at the output tile. `computed`: the
-    prologue nodes the scale is computed from (evaluated again at the output tile; prologue values are never
+    """Side `side`'s operand is `operand` times (or divided by) `factors`, each constant along K: the dot reads
+    `operand`, and the accumulator is multiplied by the factors at the output tile. `computed`: the prologue
+    nodes the factors are computed from (evaluated again at the output tile; prologue values are never
     stored)."""
 
     side: str
     operand: str
-    scale: str
-    divide: bool
+    factors: tuple[Factor, ...]
     computed: frozenset[str]
 
 
@@ -51,24 +61,41 @@ def _ancestors_in(g: OpGraph, n: str, nodes: set[str]) -> frozenset[str]:
     return frozenset(seen)
 
 
+def _peel(g: OpGraph, v: str, k_axis: int) -> tuple[str, Factor] | None:
+    """`v` as (what varies along K, the factor constant along K) where `v` is a multiply or division by one."""
+    node = g.node(v)
+    if node.op not in ("mul", "div"):
+        return None
+    if "scalar" in node.attrs:
+        c = node.attrs["scalar"]
+        if node.op == "div" and node.attrs.get("scalar_first") or not math.isfinite(c) or c == 0:
+            return None  # c / x; x * inf, whose NaNs the dot would place elsewhere
+        return node.inputs[0], Factor(None, float(c), node.op == "div")
+    if len(node.inputs) != 2:
+        return None
+    varies = [not _constant_along_k(g, x, v, k_axis) for x in node.inputs]
+    for i in ((1,) if node.op == "div" else (1, 0)):  # for a division, only the divisor
+        if not varies[i] and varies[1 - i]:
+            return node.inputs[1 - i], Factor(node.inputs[i], None, node.op == "div")
+    return None
+
+
 def find_scales(g: OpGraph, k: FusedMatmulKernel) -> dict[str, ScaleAfterDot]:
-    """Each side whose operand is a fused multiply (or division) of a value that varies along K by one that
-    does not: what the kernel can move after its K loop."""
+    """Each side whose operand is a chain of fused multiplies (or divisions) by factors constant along K ending
+    at a value that varies along K: what the kernel can move after its K loop. A value inside the chain must
+    have no other use (it is no longer computed)."""
     if g.node(k.matmul).op not in _OPS:
         return {}
     ops, found = template_operands(g, k.matmul), {}
     for side, nodes, k_axis in (("A", k.prologue_a, -1), ("B", k.prologue_b, -2)):
-        root = ops[side]
-        node = g.node(root)
-        if root not in nodes or node.op not in ("mul", "div") or len(node.inputs) != 2 or "scalar" in node.attrs:
-            continue
-        axis = len(node.shape) + k_axis
-        varies = [not _constant_along_k(g, x, root, axis) for x in node.inputs]
-        # the factor: the one input constant along K (for a division, only the divisor)
-        for i in ((1,) if node.op == "div" else (1, 0)):
-            if not varies[i] and varies[1 - i]:
-                scale = node.inputs[i]
-                found[side] = ScaleAfterDot(side, node.inputs[1 - i], scale, node.op == "div",
-                                            _ancestors_in(g, scale, set(nodes)))
+        operand, factors, inside = ops[side], [], set(nodes)
+        while operand in inside and (not factors or len(g.consumers(operand)) == 1):
+            peeled = _peel(g, operand, len(g.node(operand).shape) + k_axis)
+            if peeled is None:
                 break
+            operand, factor = peeled
+            factors.append(factor)
+        if factors:
+            computed = frozenset().union(*(_ancestors_in(g, f.scale, inside) for f in factors if f.scale))
+            found[side] = ScaleAfterDot(side, operand, tuple(factors), computed)
     return found
