@@ -31,9 +31,12 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
     DecodeConfig(64, 128, 8, 4, 3, "dot"),
     DecodeConfig(64, 128, 4, 4, 3, "fma_acc"),
 )
-# Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same run: `dot_t n64
-# k128 sk4` 29.1 us, `n128 k128 sk4` 33.1, `n128 k128 sk4 w8 s4` 34.0 at one row).
+# Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same folder,
+# 3-sweep-w4/: at one row `fma_acc n256 k64 sk8` 23.6 us, `n256 k32 sk16` 23.7; at 16 rows `dot_t n64 k128 sk4`
+# 29.1; 1-D-accumulator forms where their accumulator fits).
 KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
+    DecodeConfig(256, 64, 8, 4, 3, "fma_acc", True),
+    DecodeConfig(256, 32, 16, 4, 3, "fma_acc", True),
     DecodeConfig(64, 128, 4, 4, 3, "dot_t", True),
     DecodeConfig(128, 128, 4, 4, 3, "dot_t", True),
     DecodeConfig(128, 128, 4, 8, 4, "dot_t", True),
@@ -115,7 +118,9 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
     fixed = [c for c in KNOWN_GOOD if (not c.on_cuda_cores or p.m <= 4)
              and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
     if unpacks_pairs(g, mm):
-        fixed = list(dict.fromkeys([*_paired(list(KNOWN_GOOD_PAIRS), p), *_paired(fixed, p), *fixed]))
+        lead = [c for c in KNOWN_GOOD_PAIRS if (not c.on_cuda_cores or p.m <= 4)
+                and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
+        fixed = list(dict.fromkeys([*_paired(lead, p), *_paired(fixed, p), *fixed]))
         grid = [x for c in grid for x in (*_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
