@@ -33,7 +33,7 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
 )
 # Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same folder,
 # 3-sweep-w4/: at one row `fma_acc n256 k64 sk8` 23.6 us, `n256 k32 sk16` 23.7; at 16 rows `dot_t n64 k128 sk4`
-# 29.1; 1-D-accumulator forms where their accumulator fits).
+# 29.1; the fma_acc forms only at up to 4 rows, where their accumulator fits).
 KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
     DecodeConfig(256, 64, 8, 4, 3, "fma_acc", True),
     DecodeConfig(256, 32, 16, 4, 3, "fma_acc", True),
@@ -115,12 +115,13 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
                 if cfg.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES and \
                         cfg.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR:
                     grid.append(cfg)
-    fixed = [c for c in KNOWN_GOOD if (not c.on_cuda_cores or p.m <= 4)
-             and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
-    if unpacks_pairs(g, mm):
-        lead = [c for c in KNOWN_GOOD_PAIRS if (not c.on_cuda_cores or p.m <= 4)
+    def offered(known: tuple[DecodeConfig, ...]) -> list[DecodeConfig]:
+        return [c for c in known if (not c.on_cuda_cores or p.m <= 4)
                 and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
-        fixed = list(dict.fromkeys([*_paired(lead, p), *_paired(fixed, p), *fixed]))
+
+    fixed = offered(KNOWN_GOOD)
+    if unpacks_pairs(g, mm):
+        fixed = list(dict.fromkeys([*_paired(offered(KNOWN_GOOD_PAIRS), p), *_paired(fixed, p), *fixed]))
         grid = [x for c in grid for x in (*_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))

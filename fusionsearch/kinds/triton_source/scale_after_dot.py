@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import networkx as nx
+
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.matmul import template_operands
@@ -49,18 +51,6 @@ def _constant_along_k(g: OpGraph, n: str, root: str, k_axis: int) -> bool:
     return k_axis < lead or shape[k_axis - lead] == 1
 
 
-def _ancestors_in(g: OpGraph, n: str, nodes: set[str]) -> frozenset[str]:
-    seen: set[str] = set()
-    todo = [n]
-    while todo:
-        x = todo.pop()
-        if x in seen or x not in nodes:
-            continue
-        seen.add(x)
-        todo.extend(g.node(x).inputs)
-    return frozenset(seen)
-
-
 def _peel(g: OpGraph, v: str, k_axis: int) -> tuple[str, Factor] | None:
     """`v` as (what varies along K, the factor constant along K) where `v` is a multiply or division by one."""
     node = g.node(v)
@@ -96,6 +86,7 @@ def find_scales(g: OpGraph, k: FusedMatmulKernel) -> dict[str, ScaleAfterDot]:
             operand, factor = peeled
             factors.append(factor)
         if factors:
-            computed = frozenset().union(*(_ancestors_in(g, f.scale, inside) for f in factors if f.scale))
+            computed = frozenset().union(*((nx.ancestors(g.nx, f.scale) | {f.scale}) & inside
+                                           for f in factors if f.scale))
             found[side] = ScaleAfterDot(side, operand, tuple(factors), computed)
     return found
