@@ -48,7 +48,8 @@ __all__ = [
 
 INPUT_BYTES_LIMIT = 1 << 30  # bytes of all inputs together, so that a GPU measures a graph quickly
 MAX_MATMULS = 3
-FAMILIES = ("mixed", "experts")
+FAMILIES = ("mixed", "experts", "decode")
+DECODE_WORKLOADS = ("w8_dequant_mm", "w4_dequant_mm", "mm_bias_gelu", "gather_mm")
 DEFAULT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -81,6 +82,8 @@ def random_graph(seed: int, *, max_matmuls: int = MAX_MATMULS, dtypes: Sequence[
     rng = random.Random(seed)
     if family == "experts":
         return _experts_graph(rng, dts, shape_scale == "small")
+    if family == "decode":
+        return _decode_graph(rng, dts, shape_scale == "small")
     while True:  # redraw (from the same stream, so still deterministic) until the graph is fit for its use
         g = build_graph(GraphBuilder(rng, dts, shape_scale == "small"), min(max_matmuls, MAX_MATMULS))
         if shape_scale == "small" and _well_conditioned(g):
@@ -110,6 +113,31 @@ def _experts_graph(rng: random.Random, dts: tuple[torch.dtype, ...], small: bool
         gathered = 2 * shape["T"] * shape["H"] * shape["D"] * 8
         if small or (weights <= INPUT_BYTES_LIMIT and gathered <= 2 << 30):
             return workload("moe_ffn", dtype=dt, **shape).validate()
+
+
+def _decode_graph(rng: random.Random, dts: tuple[torch.dtype, ...], small: bool) -> OpGraph:
+    """One of the built-in decode workloads (DECODE_WORKLOADS) at 1-16 rows on real widths (K, N of REAL_KN,
+    an int4 group of 32-128 that divides K), or at small awkward sizes for the interpreter: the weight-only
+    quantised GEMVs whose bytes the decode kind is built around, so that the learned model sees int4 nibbles
+    and int8 weights at decode sizes (the mixed family draws neither int4 nor many such shapes)."""
+    while True:
+        dt, name = rng.choice(dts), rng.choice(DECODE_WORKLOADS)
+        if small:
+            shape = {"M": rng.randint(1, 20), "K": 2 * rng.randint(1, SMALL_MAX // 2), "N": rng.randint(1, SMALL_MAX)}
+        else:
+            shape = {"M": rng.choice((1, 2, 4, 8, 16)), "K": rng.choice(REAL_KN), "N": rng.choice(REAL_KN)}
+        if name == "w4_dequant_mm":
+            groups = [g for g in ((2, 4, 8, 16) if small else (32, 64, 128)) if shape["K"] % g == 0]
+            if not groups:
+                continue
+            shape["G"] = rng.choice(groups)
+        elif name == "gather_mm":
+            shape["T"] = rng.randint(1, SMALL_MAX) if small else rng.choice(REAL_TABLE_ROWS)
+        g = workload(name, dtype=dt, **shape)
+        if small and not _well_conditioned(g):
+            continue
+        if sum(g.node(n).nbytes for n in g.inputs) <= INPUT_BYTES_LIMIT:
+            return g.validate()
 
 
 def _well_conditioned(g: OpGraph, margin: float = 0.8) -> bool:

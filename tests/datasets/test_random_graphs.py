@@ -222,6 +222,40 @@ def test_the_experts_family_gives_mixture_of_experts_graphs_the_grouped_kind_acc
         random_graph(0, family="moe")
 
 
+def test_the_decode_family_gives_decode_sized_quantised_matmuls_that_validate() -> None:
+    """Every built-in decode workload is drawn (int4 nibbles among them, which the mixed family never draws),
+    real graphs have 1-16 rows and fit the input budget, and small ones validate fully fused against float64."""
+    import random
+
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.datasets.random_graphs import DECODE_WORKLOADS
+    from fusionsearch.search.collect import sample_plans
+
+    def which(g: OpGraph) -> str:
+        names = set(g.inputs)
+        return ("w4_dequant_mm" if "shifts" in names else "gather_mm" if "idx" in names
+                else "w8_dequant_mm" if g.node("w").dtype == torch.int8 else "mm_bias_gelu")
+
+    seen = set()
+    for seed in range(16):
+        real = random_graph(seed, family="decode")
+        assert real.signature_hash() == random_graph(seed, family="decode").signature_hash()
+        seen.add(which(real))
+        (mm,) = real.nodes_of_kind("template")
+        assert real.node(real.node(mm).inputs[0]).shape[0] <= 16
+        assert sum(real.node(n).nbytes for n in real.inputs) <= 1 << 30
+        if which(real) == "w4_dequant_mm":
+            k = real.node(real.node(mm).inputs[0]).shape[1]
+            assert k % real.node("scales").shape[0] == 0 and k // real.node("scales").shape[0] in (32, 64, 128)
+    assert seen == set(DECODE_WORKLOADS), seen
+    for seed in range(4):
+        small = random_graph(seed, family="decode", shape_scale="small", dtypes=("float32", "float16"))
+        v = validate(P.fully_fused(small))
+        assert v.ok, v.reason
+    plans = sample_plans(random_graph(1, family="decode"), 6, random.Random(0), Hardware.detect())
+    assert any(k.kind == "decode" for p in plans for k in p.kernels)
+
+
 def test_the_experts_family_draws_no_float16_at_real_widths_where_the_output_overflows_it() -> None:
     real = [random_graph(seed, family="experts", dtypes=("float16", "bfloat16")) for seed in range(12)]
     assert {g.node(g.outputs[0]).dtype for g in real} == {torch.bfloat16}
