@@ -1,0 +1,2 @@
+# the decode family resumed from seed 9120 (killed by its timeout after 149 of 150 graphs; the file keeps every whole graph)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1; export PYTHONPATH=/tmp/site:$PWD FUSIONSEARCH_CACHE_DIR=/tmp/fscache; timeout 320 python3 -m fusionsearch costmodel collect --family decode --graphs 150 --plans-per-graph 10 --seed 9120 --out $OUT/decode-2.jsonl.gz > $OUT/collect-decode-2.log 2>&1; echo "collect rc $?"; tail -2 $OUT/collect-decode-2.log | cut -c1-400
