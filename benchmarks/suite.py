@@ -227,7 +227,11 @@ def measure_fusionsearch(g: OpGraph, inputs: Sequence[torch.Tensor], refs: Seque
     res = run_study(g, SearchOptions(trials=trials, backend="gpu", seed=0), inputs)
     record: dict[str, Any] = {"search_s": time.time() - start, "trials": trials, "counts": res.counts(),
                               "cost_model": res.cost_model, "sampler": res.sampler, "search_best_us": res.best_us,
-                              "finalists": res.extra.get("finalists", []), "plan": res.best.describe()}
+                              "finalists": res.extra.get("finalists", []), "plan": res.best.describe(),
+                              # why each trial that ran and did not count failed (a compile error, a wrong answer)
+                              "failures": [{"trial": t.number, "status": t.status, "params": t.params,
+                                            "reason": t.reason} for t in res.trials
+                                           if t.status in ("failed", "invalid")]}
     record.update(measure_plan(res.best, inputs, refs))
     # Each kernel of the plan timed alone (the plan's `steps`): their sum against the whole plan's time says
     # whether a gap to eager lies in a kernel or between kernels (host time, a cold L2 after the flush).
