@@ -285,7 +285,8 @@ def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Sour
     last.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
     # Unrolled where the partial tiles are small (a thread's share of all of them at most 128 registers): the
     # splits' loads are then in flight together, not one L2 round trip after another as in a runtime loop (w8
-    # M16's tail, sm_90 SASS). Larger tiles keep the loop, one partial in registers at a time.
+    # M16's tail, sm_90 SASS; 32.7 -> 30.8 us on an H100). Larger tiles keep the loop, one partial in registers
+    # at a time.
     unroll = cfg.block_m * cfg.block_n // (32 * cfg.num_warps) * split <= 128
     last.line(f"for s in {'tl.static_range' if unroll else 'range'}({split}):")
     last.line(f"    ws_off = ((s * {p.batch} + pid_b) * M + idx_m[:, None]) * N + idx_n[None, :]")
