@@ -16,9 +16,11 @@ import optuna
 from fusionsearch.errors import SpecError
 from fusionsearch.search.slots import Retry
 
-# What opening an RDB storage raises while another worker creates the same schema (PostgreSQL: a row or a
-# table created twice); opening again succeeds.
-SCHEMA_RACES = ("IntegrityError", "UniqueViolation", "DuplicateTable")
+# What opening an RDB storage raises while another worker creates the same schema (PostgreSQL: a row, a table,
+# or a table's row type -- "type alembic_version already exists", seen in CI -- created twice); opening again
+# succeeds.
+SCHEMA_RACES = ("IntegrityError", "UniqueViolation", "DuplicateTable", "DuplicateObject")
+OPEN_ATTEMPTS = 10  # half a second apart: a schema another worker is creating is there well within that
 
 
 def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
@@ -35,14 +37,14 @@ def make_storage(url: str | None, heartbeat_s: int = 10) -> Any:
     if "://" not in url:
         raise SpecError(f"storage {redact(url)!r} is not a URL: use sqlite:///file.db, postgresql://..., "
                         "or journal:file.log")
-    for attempt in range(5):
+    for attempt in range(OPEN_ATTEMPTS):
         try:
             sqlite = url.startswith("sqlite")
             kwargs: dict[str, Any] = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if sqlite else {}
             return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_s, grace_period=3 * heartbeat_s,
                                               heartbeat_stale_trial_callback=Retry(), **kwargs)
         except Exception as e:  # a bad URL or unreachable server is the user's to fix
-            if attempt < 4 and ("sqlite" in url or any(race in repr(e) for race in SCHEMA_RACES)):
+            if attempt < OPEN_ATTEMPTS - 1 and ("sqlite" in url or any(race in repr(e) for race in SCHEMA_RACES)):
                 time.sleep(0.5)  # another worker is creating the schema at this moment
                 continue
             why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__

@@ -300,18 +300,20 @@ def _run_workers(tmp_path: Path, storage_url: str, name: str, n: int, *extra: st
     return outs
 
 
-def test_opening_a_storage_while_another_worker_creates_its_schema_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PostgreSQL refuses the second of two concurrent schema creations (a table that already exists): the
-    storage is opened again instead of failing the worker; any other error is the user's, at once."""
+@pytest.mark.parametrize("race, message", [("DuplicateTable", 'relation "studies" already exists'),
+                                           ("DuplicateObject", 'type "alembic_version" already exists'),
+                                           ("UniqueViolation", "duplicate key value violates unique constraint")])
+def test_opening_a_storage_while_another_worker_creates_its_schema_retries(monkeypatch: pytest.MonkeyPatch,
+                                                                         race: str, message: str) -> None:
+    """PostgreSQL refuses the second of two concurrent schema creations (a table, or its row type, that already
+    exists): the storage is opened again instead of failing the worker; any other error is the user's, at once."""
     calls = []
-
-    class DuplicateTable(Exception):
-        pass
+    error = type(race, (Exception,), {})
 
     def rdb(url: str, **kwargs: object) -> str:
         calls.append(url)
         if len(calls) == 1:
-            raise DuplicateTable('relation "studies" already exists')
+            raise error(message)
         return "storage"
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", rdb)
