@@ -601,7 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graphs", type=_whole(1), default=100, help="random graphs to measure (default 100)")
     p.add_argument("--plans-per-graph", type=_whole(1), default=12, help="plans sampled per graph (default 12)")
     p.add_argument("--seed", type=SEED, default=0, help="first random graph's seed")
-    p.add_argument("--family", choices=("mixed", "experts", "decode"), default="mixed",
+    from fusionsearch.datasets.random_graphs import FAMILIES
+
+    p.add_argument("--family", choices=FAMILIES, default="mixed",
                    help="random graph family: dense and batched matmuls (default), mixture-of-experts FFNs, or "
                    "1-16-row matmuls on int8/int4/16-bit weights")
     p.add_argument("--out", required=True, help="dataset file (appended; a killed run resumes where it stopped)")
