@@ -255,24 +255,24 @@ def _code_and_loops(sass: str) -> tuple[list[tuple[int, str, str]], list[tuple[i
     return code, loops
 
 
+def _in_loop(address: int, loops: list[tuple[int, int]]) -> bool:
+    return any(start <= address <= end for start, end in loops)
+
+
 def loop_opcodes(sass: str) -> collections.Counter[str]:
     """The instructions inside the listing's loops by opcode (its first dot-separated part: LDS, HGMMA, ...)."""
     code, loops = _code_and_loops(sass)
-    return collections.Counter(op.split(".")[0] for a, op, _ in code if any(s <= a <= e for s, e in loops))
+    return collections.Counter(op.split(".")[0] for a, op, _ in code if _in_loop(a, loops))
 
 
 def sass_figures(sass: str) -> dict[str, int]:
     """The SASS figures of KernelResources from cuobjdump's listing: a loop is the address range of a backward
     branch; local-memory ops are LDL and STL (ptxas's spill and fill)."""
     code, loops = _code_and_loops(sass)
-
-    def in_loop(address: int) -> bool:
-        return any(start <= address <= end for start, end in loops)
-
     local = [address for address, opcode, _ in code if opcode.startswith(("LDL", "STL"))]
-    looped_local = sum(map(in_loop, local))
-    return {"instructions": len(code), "loop_instructions": sum(in_loop(a) for a, _, _ in code), "loops": len(loops),
-            "loop_local_ops": looped_local, "other_local_ops": len(local) - looped_local}
+    looped_local = sum(_in_loop(a, loops) for a in local)
+    return {"instructions": len(code), "loop_instructions": sum(_in_loop(a, loops) for a, _, _ in code),
+            "loops": len(loops), "loop_local_ops": looped_local, "other_local_ops": len(local) - looped_local}
 
 
 if __name__ == "__main__":
