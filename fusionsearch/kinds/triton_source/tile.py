@@ -294,7 +294,7 @@ class TileEvaluator:
             if self.upcast and node.dtype in (torch.float16, torch.bfloat16):
                 expr, dtype = f"{expr}.to(tl.float32)", torch.float32  # keep the rounding, compute on in fp32
             out = self._emit("v", expr, dtype, node.dtype, variant)
-            if biased and bound is not None:  # (a bound there is: the bits form needs one)
+            if biased and bound is not None:  # biased implies a bound; spelled out for the type checker
                 self._magic[out.name] = (raw, magic, bound)
             return out
         folded = self._fold_offset(node, operands, variant)
