@@ -6,6 +6,7 @@ measured in the same run), a device copy of the floor's bytes, cuBLAS on the bar
 own best small-M configs on the same plan.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/decode_sweep_gpu.py --out $OUT [--cases 0,2]
+    [--words --pairs-only]  (int4: the pairs configs and their words forms)
 Writes sweep.json under --out after every case; prints per case the ten best configs, the summary table last."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
 from fusionsearch.datasets.workloads import case_name
 from fusionsearch.errors import failure_reason
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.kinds.decode_matmul.configs import splits_for, unpacks_pairs
+from fusionsearch.kinds.decode_matmul.configs import reads_words, splits_for, unpacks_pairs
 from fusionsearch.kinds.decode_matmul.kernel import pairs_fit
 from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_SMALL_M
 from fusionsearch.measure import validate
@@ -43,17 +44,20 @@ CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"
          ("w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}),
          ("w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128}),
          ("w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128}),
-         ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096})]
+         ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}),
+         ("w4_dequant_mm", {"M": 4, "K": 4096, "N": 11008, "G": 128})]
 GRID = {"dot": ((64, 128, 256), (32, 64, 128, 256)), "dot_t": ((64, 128, 256), (32, 64, 128, 256)),
         "fma": ((128, 256, 512, 1024), (16, 32, 64)), "fma_acc": ((64, 128, 256), (32, 64, 128))}
 WARPS_STAGES = {"dot": ((4, 3), (4, 5), (8, 4)), "dot_t": ((4, 3), (4, 5), (8, 4)),
                 "fma": ((4, 1), (8, 1), (16, 1), (8, 2), (8, 4)), "fma_acc": ((4, 3), (8, 3), (8, 4))}
 
 
-def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
-    """The grid, and where B's K is unpacked from pairs (int4) each config's pairs form that fits."""
+def configs(g: fs.OpGraph, mm: str, words: bool = False, pairs_only: bool = False) -> list[DecodeConfig]:
+    """The grid, and where B's K is unpacked from pairs (int4) each config's pairs form that fits; with `words`
+    also each pairs config's words form (where the bytes can be read as words); `pairs_only`: only those."""
     p = problem(g, mm)
     m, pairs = p.m, unpacks_pairs(g, mm)
+    as_words = words and pairs and reads_words(g, mm)
     out = []
     for product, (bns, bks) in GRID.items():
         if product.startswith("fma") and m > 4:
@@ -62,9 +66,12 @@ def configs(g: fs.OpGraph, mm: str) -> list[DecodeConfig]:
             for sk in splits_for(g, mm, bn, bk):
                 cfg = DecodeConfig(bn, bk, sk, w, s, product)
                 if cfg.shared_memory_bytes(2) <= 220 * 1024 and cfg.accumulator_per_thread(m) <= 128:
-                    out.append(cfg)
+                    if not pairs_only:
+                        out.append(cfg)
                     if pairs and pairs_fit(p, bk, sk) and bk >= 32:
                         out.append(dataclasses.replace(cfg, pairs=True))
+                        if as_words and (cfg.on_cuda_cores or bn >= 64):
+                            out.append(dataclasses.replace(cfg, pairs=True, words=True))
     return list(dict.fromkeys(out))
 
 
@@ -116,6 +123,8 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=int, default=20)
     ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
     ap.add_argument("--tma", action="store_true", help="also each config with the weight read through TMA")
+    ap.add_argument("--words", action="store_true", help="also each pairs config in its words form")
+    ap.add_argument("--pairs-only", action="store_true", help="only the pairs (and words) forms where B has pairs")
     args = ap.parse_args()
     ceilings = measure_ceilings()
     pool = CompilePool(args.workers)
@@ -127,7 +136,7 @@ def main() -> None:
         g = fs.workload(name, **shape)
         base = fully_fused(g)
         mm = next(k.matmul for k in base.kernels if isinstance(k, FusedMatmulKernel))
-        cfgs = configs(g, mm)
+        cfgs = configs(g, mm, args.words, args.pairs_only)
         plans = [with_kernel(base, lambda k, c=c: DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, c))
                  for c in cfgs]
         labels = [c.short() for c in cfgs]

@@ -28,6 +28,26 @@ except ImportError:  # older Triton
 
 EXTERNS = []
 
+# The four bytes of each int32 word as the float32s 128 + byte (bytes <= 127): on a GPU a byte permute each
+# (PRMT puts the byte under 0x43, 128's exponent); Triton's CPU interpreter runs no inline assembly, so there
+# the same values by shifts and masks.
+_PRMT = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
+
+
+@triton.jit
+def _bytes_f32(words):
+    if _PRMT:
+        b0, b1, b2, b3 = tl.inline_asm_elementwise(
+            "prmt.b32 $0, $4, 0x43000000, 0x7044; prmt.b32 $1, $4, 0x43000000, 0x7144; "
+            "prmt.b32 $2, $4, 0x43000000, 0x7244; prmt.b32 $3, $4, 0x43000000, 0x7344;",
+            "=r,=r,=r,=r,r", [words], dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+    else:
+        b0 = (((words & 255) << 16) | 0x43000000).to(tl.float32, bitcast=True)
+        b1 = (((words >> 8) & 255) << 16 | 0x43000000).to(tl.float32, bitcast=True)
+        b2 = (((words >> 16) & 255) << 16 | 0x43000000).to(tl.float32, bitcast=True)
+        b3 = (((words >> 24) & 255) << 16 | 0x43000000).to(tl.float32, bitcast=True)
+    return b0, b1, b2, b3
+
 
 def _alloc(shape, dtype, device, poison):
     if not poison:
@@ -351,6 +371,14 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
         launches.append(calls)
     if externs:
         head += ["    if not EXTERNS:", "        _load_externs()"]
+    read_as_words = {a.node for gk in kernels for a in gk.args if a.words}
+    for j in [j for j, n in enumerate(g.inputs) if n in read_as_words]:
+        b, shape = buf[g.inputs[j]], g.node(g.inputs[j]).shape
+        rows = "".join(f" or {b}.stride({d}) % 4" for d in range(len(shape) - 1) if shape[d] > 1)
+        at = head.index("    fast, key, stream = _launch_key(inputs, device)")
+        head[at:at] = [f"    if {b}.data_ptr() % 4 or {b}.stride({len(shape) - 1}) != 1{rows}:",
+                       f"        raise ValueError('this plan reads input {j} as 4-byte words: it must be 4-byte "
+                       f"aligned, contiguous in its last dim, its other strides multiples of 4')"]
     read_by_tma = {a.node for gk in kernels for a in gk.args if a.tma}
     if read_by_tma:
         checks = ["    _tma_allocator(device)"]

@@ -10,7 +10,8 @@ from fusionsearch.kinds.base import KernelCode, KernelKind, ModuleContext
 from fusionsearch.kinds.counting import MAX_THREADS_PER_SM, KernelEstimate, bandwidth_share, leaf_bytes, pointwise_work
 from fusionsearch.kinds.triton_source.emit import NameGen, Source
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
-from fusionsearch.kinds.triton_source.tile import Buffers, Idx, TileEvaluator
+from fusionsearch.kinds.triton_source.tile import Buffers, TileEvaluator
+from fusionsearch.kinds.triton_source.tile_index import Idx
 from fusionsearch.plan.kernels import PointwiseKernel
 
 XBLOCK = 1024

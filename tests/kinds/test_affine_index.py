@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from fusionsearch.kinds.triton_source.tile import Affine, Idx, _reshape_index
+from fusionsearch.kinds.triton_source.tile_index import Affine, Idx, _reshape_index
 
 
 def _value(expr: str, env: dict[str, int]) -> int:

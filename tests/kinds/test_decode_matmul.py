@@ -79,7 +79,7 @@ def test_the_pairs_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg:
     loop = compiled.source.split("for k_tile in")[1].split("ws_off")[0]
     assert loop.count("tl.load(in1_ptr") == 1  # the packed weight: one load a K block for both parities
     if cfg.product == "fma_acc":  # accumulated over K in 3-D, reduced once after the loop
-        assert loop.count("acc3 += ") == 2 and loop.count("tl.sum(acc3, axis=1)") == 1
+        assert loop.count("acc_3d += ") == 2 and loop.count("tl.sum(acc_3d, axis=1)") == 1
 
 
 PAIR_CASES = [(n, s, product) for n, s in [*CASES[:-1], ("w8_dequant_mm", {"M": 4, "K": 64, "N": 24}),

@@ -15,7 +15,7 @@ import fusionsearch as fs
 from fusionsearch import plan as P
 from fusionsearch.graph.tolerance import rel_error
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.kinds.triton_source.tile import ZERO, Idx, _vector_index
+from fusionsearch.kinds.triton_source.tile_index import ZERO, Idx, _vector_index
 from fusionsearch.plan import FusedMatmulKernel
 
 ENV = {"idx_n": np.arange(8) + 16, "mask_n": np.arange(8) + 16 < 21, "pid_b": 2, "kb": 3, "idx_m": np.arange(4),

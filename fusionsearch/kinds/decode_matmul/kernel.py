@@ -28,7 +28,11 @@ benchmarks/results/h100-2026-12-05d-w4-pairs/explore: w8 38.2 us so against 40.3
 fastest int4 one, 28.4 us, in this form); offered where that accumulator fits 64 registers a thread.
 Any of them in `pairs`: the K block read as its even and its odd K (two products of BLOCK_K / 2), so that a
 prologue that unpacks two values from one byte (int4 nibbles: [K/2, 2, N] viewed as [K, N]) loads the byte once
-and keeps its shift and a group scale's index out of the per-element work."""
+and keeps its shift and a group scale's index out of the per-element work.
+The pairs form in `words`: those bytes read as int32 words, four columns a word, B's tile evaluated at each of
+the four byte positions and each product kept in an accumulator of its own (a quarter of the columns), joined
+after the K loop; the unpack then runs on whole words (TileEvaluator._words_nibble): the int4 GEMV's K loop
+from 8.2 to 4.9 SASS instructions a weight element (benchmarks/results/h100-2026-12-06g-w4-words)."""
 _MAX_BLOCK_N, _MAX_BLOCK_K, _MAX_SPLIT, _MAX_WARPS, _MAX_STAGES = 1024, 512, 64, 16, 8
 
 
@@ -45,15 +49,19 @@ class DecodeConfig:
     num_stages: int = 3
     product: str = "dot"
     pairs: bool = False
+    words: bool = False
 
     def __post_init__(self) -> None:
         if self.product not in PRODUCTS:
             raise PlanError(f"decode config product must be one of {', '.join(PRODUCTS)}, got {show(self.product)}")
-        if not isinstance(self.pairs, bool):
-            raise PlanError(f"decode config pairs must be true or false, got {show(self.pairs)}")
+        for flag in ("pairs", "words"):
+            if not isinstance(getattr(self, flag), bool):
+                raise PlanError(f"decode config {flag} must be true or false, got {show(getattr(self, flag))}")
+        if self.words and not self.pairs:
+            raise PlanError("decode config words is a form of pairs: set pairs too")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name not in ("product", "pairs") and (isinstance(value, bool) or not isinstance(value, int)
+            if f.name not in ("product", "pairs", "words") and (isinstance(value, bool) or not isinstance(value, int)
                                                        or value < 1):
                 raise PlanError(f"decode config {f.name} must be a positive integer, got {show(value)}")
         for key in ("block_n", "block_k", "num_warps"):
@@ -61,9 +69,11 @@ class DecodeConfig:
             if v & (v - 1):
                 raise PlanError(f"decode config {key} must be a power of two, got {show(v)}")
         least_k = self.least_block_k(self.product, self.pairs)
-        if self.block_n < 16 or self.block_k < least_k:
-            raise PlanError(f"decode config block_n must be at least 16 and block_k at least {least_k} "
-                            f"for product {self.product!r}{' in pairs' if self.pairs else ''}")
+        least_n = 64 if self.words and not self.on_cuda_cores else 16  # a words tile's quarter: a dot's 16
+        if self.block_n < least_n or self.block_k < least_k:
+            raise PlanError(f"decode config block_n must be at least {least_n} and block_k at least {least_k} "
+                            f"for product {self.product!r}{' in pairs' if self.pairs else ''}"
+                            f"{' words' if self.words else ''}")
         bounds = {"block_n": _MAX_BLOCK_N, "block_k": _MAX_BLOCK_K, "split_k": _MAX_SPLIT, "num_warps": _MAX_WARPS,
                   "num_stages": _MAX_STAGES}
         for key, most in bounds.items():
@@ -98,17 +108,17 @@ class DecodeConfig:
 
     def short(self) -> str:
         return (f"decode {self.product} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
-                f"s{self.num_stages}{' pairs' if self.pairs else ''}")
+                f"s{self.num_stages}{' pairs' if self.pairs else ''}{' words' if self.words else ''}")
 
     @staticmethod
     def from_short(label: str) -> DecodeConfig:
         """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
-        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?", label)
+        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?( words)?", label)
         if found is None:
             raise PlanError(f"{label!r} is not a decode config label (like 'decode dot n64 k256 sk8 w4 s3')")
-        product, *numbers, pairs = found.groups()
+        product, *numbers, pairs, words = found.groups()
         bn, bk, sk, w, s = map(int, numbers)
-        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None)
+        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None)
 
 
 def pairs_fit(p: Problem, block_k: int, split_k: int) -> bool:
@@ -138,6 +148,8 @@ class DecodeKernel(FusedMatmulKernel):
         if self.config.pairs and not pairs_fit(p, self.config.block_k, self.config.split_k):
             raise PlanError(f"kernel {i}: the decode config's pairs need K ({p.k}) a whole number of K blocks "
                             f"({self.config.block_k}) that its splits ({self.config.split_k}) share evenly")
+        if self.config.words and p.n % 4:
+            raise PlanError(f"kernel {i}: the decode config's words need N ({p.n}) a multiple of 4")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> DecodeKernel:

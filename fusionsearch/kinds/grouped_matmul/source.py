@@ -28,7 +28,8 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     load_operands,
     serial_split_k,
 )
-from fusionsearch.kinds.triton_source.tile import BufferArg, Buffers, Idx, offset
+from fusionsearch.kinds.triton_source.tile import BufferArg, Buffers, offset
+from fusionsearch.kinds.triton_source.tile_index import Idx
 from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
 

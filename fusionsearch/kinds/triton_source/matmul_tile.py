@@ -5,6 +5,7 @@ column halves), the serial split-K tail, and assembling one @triton.jit function
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,15 +17,8 @@ from fusionsearch.kinds.triton_source.dtypes import Value, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.kinds.triton_source.scale_after_dot import ScaleAfterDot
-from fusionsearch.kinds.triton_source.tile import (
-    Affine,
-    Buffers,
-    Idx,
-    TileEvaluator,
-    TileLoads,
-    _broadcast_index,
-    _reshape_index,
-)
+from fusionsearch.kinds.triton_source.tile import Buffers, TileEvaluator, TileLoads
+from fusionsearch.kinds.triton_source.tile_index import WORD_BYTES, Affine, Idx, _broadcast_index, _reshape_index
 from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.matmul import Problem, template_operands
 
@@ -56,19 +50,27 @@ class MatmulTile:
     """The tile's index components for A, B and the output, masks dropped where the size divides evenly."""
 
     def __init__(self, p: Problem, bm: int, bn: int, even_k: bool, n: str = "n", transposed: bool = False,
-                 parity: int | None = None, block_k: int = 0) -> None:
+                 parity: int | None = None, block_k: int = 0, word: int | None = None) -> None:
         """`n`: the suffix of the output columns' index and mask names (idx_n, mask_n; idx_nh, mask_nh for
         an epilogue's column half). `transposed`: the operands are read as A^T [BLOCK_K, BLOCK_M] and
         B^T [BLOCK_N, BLOCK_K] (a dot with the weight on the left: decode_matmul's `dot_t`). `parity` (0 or 1,
         with `block_k` and K a whole number of blocks): the tile holds only the even or odd K of the block,
         k = kb * BLOCK_K + 2 * kp + parity for kp in [0, BLOCK_K / 2), an Affine index (decode_matmul's
-        nibble pairs)."""
+        nibble pairs). `word` (0 to 3): the tile holds only the columns n = 4 * w + word of the block, for w in
+        [0, BLOCK_N / 4) (idx_w, mask_w): the byte `word` of each 4-byte word of a uint8 operand read as int32
+        words (decode_matmul's words form)."""
         mm = None if p.m % bm == 0 else "mask_m"
         mn = None if p.n % bn == 0 else f"mask_{n}"
         mk = None if even_k else "mask_k"
         rows, cols = ("[None, :]", "[:, None]") if transposed else ("[:, None]", "[None, :]")
         self.m_row = Idx(f"idx_m{rows}", f"{mm}{rows}" if mm else None)
-        self.n_col = Idx(f"idx_{n}{cols}", f"{mn}{cols}" if mn else None)
+        if word is None:
+            self.n_col = Idx(f"idx_{n}{cols}", f"{mn}{cols}" if mn else None)
+        else:
+            if p.n % 4 or bn % 4:
+                raise CodegenError("internal: a words tile needs N and BLOCK_N multiples of 4")
+            self.n_col = Idx.of(Affine(((f"idx_w{cols}", WORD_BYTES, bn // WORD_BYTES),), word),
+                                f"mask_w{cols}" if mn else None)
         if parity is None:
             self.k_col = Idx(f"idx_k{cols}", f"{mk}{cols}" if mk else None)
             self.k_row = Idx(f"idx_k{rows}", f"{mk}{rows}" if mk else None)
@@ -239,7 +241,8 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
                   upcast: bool, even_k: bool, op_dtype: torch.dtype, shapes: dict[str, str],
                   tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None,
                   parities: dict[str, tuple[tuple[MatmulTile, str], ...]] | None = None,
-                  vector_loads: bool = False, scales: tuple[ScaleAfterDot, ...] = ()) -> None:
+                  vector_loads: bool = False, scales: tuple[ScaleAfterDot, ...] = (),
+                  words: frozenset[str] = frozenset(), on_tile: Callable[[str, str], None] | None = None) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
@@ -248,12 +251,16 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
     pairs from different batches). `parities`: for a side, instead of `t`, tiles of the even and odd K with the
     suffix of their variables (`b_e`, `b_o`), evaluated by one evaluator, so a byte both read is loaded once.
     `vector_loads`: the evaluators load one-axis values 1-D (TileEvaluator). `scales`: a side whose factor
-    constant along K the epilogue applies reads the factor's other operand instead."""
+    constant along K the epilogue applies reads the factor's other operand instead. `words`: uint8 nodes B's
+    prologue reads as int32 words (its parity tiles are words tiles); that prologue computes in fp32.
+    `on_tile(side, variable)`: called after each tile's variable is set (a caller's product of it there keeps
+    fewer tiles live at once)."""
     ops = {**template_operands(g, k.matmul), **{s.side: s.operand for s in scales}}
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
-        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast, hoist=hoist,
+        by_words = words if side == "B" else frozenset()
+        ev = TileEvaluator(g, set(nodes), buffers, loop, upcast or bool(by_words), hoist=hoist,
                            loop_tokens=("idx_k", "mask_k", "kb"), tiles=(tiles or {}).get(side),
-                           vector_loads=vector_loads)
+                           vector_loads=vector_loads, words=by_words)
         for tile, suffix in (parities or {}).get(side) or ((t_b if side == "B" and t_b else t, ""),):
             v = ev.value(ops[side], operand_index(g, k.matmul, side, tile))
             var = side.lower() + suffix
@@ -264,6 +271,8 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
             if nodes and not even_k:
                 kmask = t.k_col.mask if side == "A" else t.k_row.mask
                 loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")
+            if on_tile is not None:
+                on_tile(side, var)
 
 
 def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers,

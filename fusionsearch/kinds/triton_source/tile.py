@@ -5,7 +5,6 @@ memory are loaded through stride arguments. The matmul template and pointwise ke
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -17,70 +16,16 @@ from fusionsearch.graph.ops_pointwise import promote
 from fusionsearch.graph.registry import InputInfo, get_op
 from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
-
-
-@dataclass(frozen=True)
-class Affine:
-    """An index known as a sum of scaled variables, each in [0, extent), plus a constant: what lets a reshape
-    split it by a divisor without dividing per element. The decode matmul's nibble-pair form reads K as
-    k = kb * BLOCK_K + 2 * kp + parity, so the nibble unpack's k // 2 and k % 2 become kb * BLOCK_K / 2 + kp and
-    the parity, and a group scale's k // G (G a multiple of BLOCK_K) the scalar kb // (G / BLOCK_K)."""
-
-    terms: tuple[tuple[str, int, int], ...]  # (Triton expression, coefficient, extent)
-    const: int = 0
-
-    def span(self) -> int:
-        """The largest value the index takes."""
-        return sum(c * (e - 1) for _, c, e in self.terms) + self.const
-
-    def expr(self) -> str:
-        parts = [v if c == 1 else f"{v} * {c}" for v, c, e in self.terms if e > 1]
-        if self.const or not parts:
-            parts.append(str(self.const))
-        return parts[0] if len(parts) == 1 else f"({' + '.join(parts)})"
-
-    def scaled(self, factor: int) -> Affine:
-        return Affine(tuple((v, c * factor, e) for v, c, e in self.terms), self.const * factor)
-
-    def plus(self, other: Affine) -> Affine:
-        return Affine(self.terms + other.terms, self.const + other.const)
-
-    def divmod(self, d: int) -> tuple[Affine, Affine] | None:
-        """(self // d, self % d) as Affines, or None when the terms do not split at d: every term's coefficient
-        a multiple of d (it goes to the quotient) or below d (the remainder), a term whose coefficient divides d
-        cut into its quotient and remainder digits, and the remainder's span below d."""
-        high: list[tuple[str, int, int]] = []
-        low: list[tuple[str, int, int]] = []
-        for v, c, e in self.terms:
-            if c % d == 0:
-                high.append((v, c // d, e))
-            elif d % c == 0 and e > d // c:
-                r = d // c
-                high.append((f"({v}) // {r}", 1, -(-e // r)))
-                low.append((f"({v}) % {r}", c, r))
-            else:
-                low.append((v, c, e))
-        rem = Affine(tuple(low), self.const % d)
-        if rem.span() >= d:
-            return None
-        return Affine(tuple(high), self.const // d), rem
-
-
-@dataclass(frozen=True)
-class Idx:
-    """One index component: a Triton expression broadcastable to the tile ('0' for a broadcast dim) and the
-    mask that bounds it (None when always in range); `affine` where its value is known term by term."""
-
-    expr: str
-    mask: str | None = None
-    affine: Affine | None = None
-
-    @staticmethod
-    def of(a: Affine, mask: str | None = None) -> Idx:
-        return Idx(a.expr(), mask, a)
-
-
-ZERO = Idx("0")
+from fusionsearch.kinds.triton_source.tile_index import (
+    WORD_BYTES,
+    ZERO,
+    Idx,
+    _broadcast_index,
+    _reshape_index,
+    _vector_index,
+    _word_column,
+    mask_of,
+)
 
 
 @dataclass
@@ -93,6 +38,7 @@ class BufferArg:
     strides: list[str]
     role: str  # "in" or "out"
     tma: bool = False
+    words: bool = False  # read as int32 words (needs it 4-byte aligned, its last dim contiguous, its rows whole words)
 
 
 @dataclass(frozen=True)
@@ -146,14 +92,6 @@ def offset(arg: BufferArg, index: tuple[Idx, ...]) -> str:
     return " + ".join(terms) if terms else "0"
 
 
-def mask_of(index: tuple[Idx, ...]) -> str | None:
-    masks: list[str] = []
-    for c in index:
-        if c.mask and c.mask not in masks:
-            masks.append(c.mask)
-    return " & ".join(f"({m})" for m in masks) if masks else None
-
-
 class TileEvaluator:
     """Generates the value of graph nodes at index tuples of one tile.
 
@@ -161,18 +99,24 @@ class TileEvaluator:
     already available at the region's own index (the matmul result in an epilogue). Values that do not
     depend on `loop_tokens` go to `hoist` (before the K loop) when one is given. `vector_loads`: a load whose
     index spans one axis of the 2-D tile (a per-column scale at idx_n[:, None]) is made 1-D, then expanded
-    (`_vector_index`).
+    (`_vector_index`). `words`: uint8 nodes read as int32 words where a tile's columns are one byte of each
+    word (MatmulTile's `word`); a nibble unpacked from them and cast to a float is made word by word
+    (`_words_nibble`).
     """
 
     def __init__(self, g: OpGraph, computed: set[str], buffers: Buffers, body: Source, upcast: bool,
                  hoist: Source | None = None, loop_tokens: tuple[str, ...] = (),
-                 tiles: TileLoads | None = None, vector_loads: bool = False) -> None:
+                 tiles: TileLoads | None = None, vector_loads: bool = False,
+                 words: frozenset[str] = frozenset()) -> None:
         self.g, self.computed, self.buffers, self.upcast = g, computed, buffers, upcast
         self.body, self.hoist, self.tiles, self.vector_loads = body, hoist, tiles, vector_loads
+        self.words = words
         self.memo: dict[tuple[str, tuple[str, ...]], Value] = {}
         self._variant = set(loop_tokens)
         self._descriptors: dict[str, str] = {}
         self._magic: dict[str, tuple[Value, int, int]] = {}  # a small int cast by its bits: (MAGIC + q, MAGIC, bound)
+        self._offset: dict[str, tuple[Value, int]] = {}  # (MAGIC + q) - shift in fp32: (the biased value, shift)
+        self._scaled: dict[str, tuple[Value, int, Value]] = {}  # ((MAGIC + q) - shift) * s in fp32: (.., s)
 
     def seed(self, node: str, index: tuple[Idx, ...], value: Value) -> None:
         self.memo[(node, tuple(c.expr for c in index))] = value
@@ -224,6 +168,11 @@ class TileEvaluator:
             expr = f"{self._descriptors[n]}.load([{', '.join(self.tiles.offsets)}])" + (".T" if self.tiles.transposed
                                                                                       else "")
             return self._emit("ld", expr, node.dtype, node.dtype, True)
+        j = _word_column(index[-1]) if n in self.words else None
+        if j is not None:  # the byte j of each word: torch's value of a uint8 element, for any op that follows
+            w = self._word_load(n, index)
+            return self._emit("v", f"(({w.name} >> {8 * j}) & 255).to(tl.uint8)", node.dtype, node.dtype,
+                              self._is_variant(w.name))
         variant = self._is_variant(*(c.expr for c in index), mask_of(index))
         vector = _vector_index(index) if self.vector_loads else None
         load_index, expand = vector if vector else (index, "")
@@ -231,6 +180,95 @@ class TileEvaluator:
         args = f"{arg.ptr} + {offset(arg, load_index)}"
         expr = f"tl.load({args}, mask={mask}, other=0)" if mask else f"tl.load({args})"
         return self._emit("ld", expr + expand, node.dtype, node.dtype, variant)
+
+    def _word_load(self, n: str, index: tuple[Idx, ...]) -> Value:
+        """The int32 words of uint8 node `n` (contiguous last dim, rows of whole words) under a words tile's
+        `index`: one load for the four bytes of each, shared by the tiles of the four byte positions."""
+        key = (f"{n}#words", tuple(c.expr for c in index[:-1]))
+        if key in self.memo:
+            return self.memo[key]
+        arg = self.buffers.get(n)
+        arg.words = True
+        assert index[-1].affine is not None
+        column = index[-1].affine.terms[0][0]  # idx_w[None, :] or idx_w[:, None]
+        rows = " + ".join(f"({c.expr}) * {s}" for c, s in zip(index[:-1], arg.strides[:-1], strict=True)
+                          if c.expr != "0") or "0"
+        mask = mask_of((*index[:-1], Idx(column, index[-1].mask)))
+        ptr = f"({arg.ptr} + {rows}).to(tl.pointer_type(tl.int32)) + {column}"
+        expr = f"tl.load({ptr}, mask={mask}, other=0)" if mask else f"tl.load({ptr})"
+        v = self._emit("ldw", expr, torch.int32, torch.int32, self._is_variant(rows, mask))
+        self.memo[key] = v
+        return v
+
+    def _words_nibble(self, n: str, index: tuple[Idx, ...]) -> Value | None:
+        """Cast node `n` of a byte of words read by `_word_load`, shifted right and masked (`(b >> s) & c`, the
+        int4 unpack), to a float, made from the whole word: the shift and mask once a word (four bytes: the mask
+        `(255 >> s) & c` in each byte keeps out what the shift brings in from the next one), then the byte put
+        under a float32 exponent of 128 by one byte permute (`_byte_f32`: 128 + q exactly, q <= 127). The
+        float32 instructions a weight element: one permute instead of a shift, a mask and a magic-number OR on a
+        byte of its own (benchmarks/results: the int4 GEMV's K loop 8.2 -> 4.9 SASS instructions an element).
+        None where `n` is not such a cast."""
+        g, node = self.g, self.g.node(n)
+        if not self.words or node.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            return None
+        src, idx = node.inputs[0], index
+        src, idx = self._through_layout(src, idx)
+        mask_node = g.node(src)
+        c = mask_node.attrs.get("scalar")
+        if (src not in self.computed or mask_node.op != "bitwise_and" or len(mask_node.inputs) != 1
+                or mask_node.dtype != torch.uint8 or isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 127
+                or mask_node.attrs.get("scalar_first")):
+            return None
+        src, idx = self._through_layout(mask_node.inputs[0], _broadcast_index(g.node(mask_node.inputs[0]).shape,
+                                                                              mask_node.shape, idx))
+        shift = g.node(src)
+        if src not in self.computed or shift.op != "bitwise_right_shift" or shift.dtype != torch.uint8 or \
+                shift.attrs.get("scalar_first"):
+            return None
+        byte, byte_idx = self._through_layout(shift.inputs[0], _broadcast_index(g.node(shift.inputs[0]).shape,
+                                                                               shift.shape, idx))
+        j = _word_column(byte_idx[-1]) if byte in self.words and byte not in self.computed else None
+        if j is None:
+            return None
+        if len(shift.inputs) == 2:
+            amount = self.value(shift.inputs[1], _broadcast_index(g.node(shift.inputs[1]).shape, shift.shape, idx))
+            a = amount.name
+            if ("#shift", (a,)) not in self.memo:  # torch's uint8 >> s: 0 for s outside [0, 8), as s = 8 gives
+                self.memo[("#shift", (a,))] = self._emit("sh", f"tl.where(({a} >= 0) & ({a} < 8), {a}, 8)"
+                                                         ".to(tl.int32)", torch.int32, torch.int32,
+                                                         self._is_variant(a))
+            amount_expr = self.memo[("#shift", (a,))].name
+        else:
+            amount_expr = str(min(max(int(shift.attrs["scalar"]), 0), 8)) if 0 <= int(shift.attrs["scalar"]) else "8"
+        w = self._word_load(byte, byte_idx)
+        key = (f"{byte}#nibbles", (w.name, amount_expr, str(c)))
+        if key not in self.memo:
+            keep = f"((255 >> {amount_expr}) & {c}) * {0x01010101}"
+            self.memo[key] = self._emit("nib", f"(({w.name} >> {amount_expr}) & ({keep}))", torch.int32, torch.int32,
+                                        self._is_variant(w.name, amount_expr))
+        words = self.memo[key]
+        if (f"{byte}#bytes", (words.name,)) not in self.memo:  # all four at once: one asm block, one register for
+            # the permute's constant (four apart, ptxas rematerialised it for every element: 56 MOVs a K step)
+            variant = self._is_variant(words.name)
+            sink = self.body if (variant or self.hoist is None) else self.hoist
+            names = [sink.names.fresh("q") for _ in range(WORD_BYTES)]
+            sink.line(f"{', '.join(names)} = _bytes_f32({words.name})")
+            if variant and self.hoist is not None:
+                self._variant.update(names)
+            for i, name in enumerate(names):
+                self.memo[(f"{byte}#bytes", (words.name, str(i)))] = Value(name, torch.float32, torch.float32)
+            self.memo[(f"{byte}#bytes", (words.name,))] = Value(names[0], torch.float32, torch.float32)
+        raw = self.memo[(f"{byte}#bytes", (words.name, str(j)))]
+        out = self._emit("v", f"({raw.name} - 128.0)", torch.float32, node.dtype, self._is_variant(raw.name))
+        self._magic[out.name] = (raw, 128, c)
+        return out
+
+    def _through_layout(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]]:
+        """Node `n` followed back through the layout ops this region computes, with the index mapped along."""
+        while n in self.computed and self.g.node(n).kind == "layout":
+            index = self._layout_index(n, index)
+            n = self.g.node(n).inputs[0]
+        return n, index
 
     def _layout_index(self, n: str, index: tuple[Idx, ...]) -> tuple[Idx, ...]:
         node = self.g.node(n)
@@ -277,6 +315,9 @@ class TileEvaluator:
     def _pointwise(self, n: str, index: tuple[Idx, ...]) -> Value:
         node = self.g.node(n)
         op = get_op(node.op)
+        nibble = self._words_nibble(n, index) if node.op == "cast" else None
+        if nibble is not None:
+            return nibble
         operands = [self.value(src, _broadcast_index(self.g.node(src).shape, node.shape, index))
                     for src in node.inputs]
         variant = any(self._is_variant(v.name) for v in operands)
@@ -306,6 +347,9 @@ class TileEvaluator:
             cdt = compute_dtype(cdt, False, self.upcast)
         else:
             cdt = compute_dtype(node.dtype, op.needs_fp32, self.upcast)
+        fused = self._fold_scale(node, operands, cdt, variant)
+        if fused is not None:
+            return fused
         args = []
         for slot, v in enumerate(operands):
             keep_bool = node.op == "where" and slot == 0
@@ -320,6 +364,11 @@ class TileEvaluator:
         if result_dtype != node.dtype and not (self.upcast and result_dtype == torch.float32
                                                and node.dtype in (torch.float16, torch.bfloat16)):
             v = self._emit("v", convert(v.name, result_dtype, node.dtype), node.dtype, node.dtype, variant)
+        elif node.op == "mul" and cdt == torch.float32 and len(operands) == 2:
+            for x, sv in (operands, operands[::-1]):
+                if x.name in self._offset:
+                    self._scaled[v.name] = (*self._offset[x.name], sv)
+                    break
         return v
 
     def _fold_offset(self, node: Node, operands: list[Value], variant: bool) -> Value | None:
@@ -332,7 +381,7 @@ class TileEvaluator:
                 or not float(c).is_integer()):
             return None
         raw, magic, bound = self._magic[operands[0].name]
-        if node.dtype != raw.dtype:
+        if node.dtype != raw.dtype and not (self.upcast and raw.dtype == torch.float32):
             return None
         shift = magic + (int(c) if node.op == "sub" else -int(c))
         exact = 2 * magic  # the integers up to which the float's mantissa reaches
@@ -342,7 +391,27 @@ class TileEvaluator:
         dtype = raw.dtype
         if self.upcast and raw.dtype in LOW_PRECISION:
             expr, dtype = f"{expr}.to(tl.float32)", torch.float32
-        return self._emit("v", expr, dtype, node.dtype, variant)
+        out = self._emit("v", expr, dtype, node.dtype, variant)
+        if dtype == torch.float32 and magic <= _FOLD_MAGIC:
+            self._offset[out.name] = (raw, shift)
+        return out
+
+    def _fold_scale(self, node: Node, operands: list[Value], cdt: torch.dtype, variant: bool) -> Value | None:
+        """`(MAGIC + q - shift) * s + z` in fp32 as one FMA, `(MAGIC + q) * s + (z - shift * s)`, where `s`
+        and `z` span fewer elements than the weight (a group's scale and zero: computed once a column): one
+        instruction fewer a weight element. Exact but for the rounding of z - shift * s, within 2^-24 of
+        (MAGIC + 16) |s| for MAGIC <= _FOLD_MAGIC, far below the weight's own bf16 or fp16 rounding. Records a
+        product of such a value for the add that may follow; returns the add."""
+        if cdt != torch.float32 or len(operands) != 2 or node.attrs.get("alpha", 1) != 1:
+            return None
+        if node.op == "add":
+            for x, z in (operands, operands[::-1]):
+                if x.name in self._scaled:
+                    raw, shift, sv = self._scaled[x.name]
+                    r, sc, zc = (convert(v.name, v.dtype, torch.float32) for v in (raw, sv, z))
+                    return self._emit("v", f"({r} * {sc} + ({zc} - {float(shift)!r} * {sc}))", torch.float32,
+                                      node.dtype, variant)
+        return None
 
     def store(self, n: str, index: tuple[Idx, ...], v: Value) -> None:
         """Write `v` (node `n`'s value at `index`) to `n`'s output buffer, converted to the graph dtype."""
@@ -353,8 +422,9 @@ class TileEvaluator:
         self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
 
 
-# Floats whose bits OR'd onto a small non-negative integer q give MAGIC + q exactly: (bits, MAGIC, the integer
-# dtype the bits are built in, the largest q).
+_FOLD_MAGIC = 1024  # the largest MAGIC whose offset `_fold_scale` moves into the zero (fp16's)
+
+
 _MAGIC: dict[torch.dtype, tuple[int, int, torch.dtype, int]] = {
     torch.bfloat16: (0x4300, 128, torch.int16, 127),
     torch.float16: (0x6400, 1024, torch.int16, 1023),
@@ -389,106 +459,3 @@ def _small_int_bits(expr: str, src: torch.dtype, dst: torch.dtype, bound: int | 
     it, ft = tl_dtype(int_dtype), tl_dtype(dst)
     return f"({expr}.to({it}) | tl.full((), {bits}, {it})).to({ft}, bitcast=True)"
 
-
-_SCALARS = {"pid_b", "pid_m", "pid_n", "pid_k", "kb"}  # the names a tile's index uses that are scalars
-_AXIS = re.compile(r"^([A-Za-z_]\w*)(\[:, None\]|\[None, :\])$")
-
-
-def _vector_index(index: tuple[Idx, ...]) -> tuple[tuple[Idx, ...], str] | None:
-    """`index` as 1-D (each tile-axis component `v[:, None]` read as `v`, scalars kept) and the expansion that
-    puts the loaded vector back on its axis, when every component that spans the tile spans the same one axis
-    as a plain variable (its mask too); else None. Why: a [BN, 1] load gets a layout of its own, and a
-    product of it with a dot operand is then computed in that layout and moved to the operand's through shared
-    memory every K step (the generated w8 decode kernel stored each dequantised weight element to shared memory
-    and read it back); a 1-D load expanded follows the operand's layout in registers."""
-    axis, out = None, []
-    for c in index:
-        m = _AXIS.match(c.expr)
-        if m is None:
-            if c.mask or not set(re.findall(r"[A-Za-z_]\w*", c.expr)) <= _SCALARS:
-                return None  # a gathered row, a loaded value: a tile of its own
-            out.append(c)  # a scalar: the batch, a group row
-            continue
-        mask = _AXIS.match(c.mask) if c.mask else None
-        if (axis or m[2]) != m[2] or (c.mask and (mask is None or mask[2] != m[2])):
-            return None
-        axis = m[2]
-        out.append(Idx(m[1], mask[1] if mask else None))
-    return (tuple(out), axis) if axis else None
-
-
-def _broadcast_index(src: tuple[int, ...], out: tuple[int, ...], index: tuple[Idx, ...]) -> tuple[Idx, ...]:
-    """torch broadcasting as an index map: leading dims dropped, size-1 dims read at 0."""
-    lead = len(out) - len(src)
-    return tuple(ZERO if src[j] == 1 and out[j + lead] != 1 else index[j + lead] for j in range(len(src)))
-
-
-def _reshape_index(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx, ...]) -> tuple[Idx, ...]:
-    """Row-major reshape as an index map: linearise the output index, split it over the source dims."""
-    if out == src:
-        return index
-    # Dims of equal size at either end map straight through (row-major): only the middle is linearised, so the
-    # index of a kept last dim stays its own (no division by a size that is not a power of two per element, and
-    # a reshape of the rows stays free of the K loop's index).
-    if out and src and out[-1] == src[-1]:
-        return (*_reshape_index(out[:-1], src[:-1], index[:-1]), index[-1])
-    if out and src and out[0] == src[0]:
-        return (index[0], *_reshape_index(out[1:], src[1:], index[1:]))
-    # A last dim that several of the output's rows fill (the pairs of a mixture-of-experts layer, [2T, H] read
-    # from [T, 2H]): the rows split over the source's leading dims and a factor, the last index stays added.
-    if len(out) > 1 and src and out[-1] > 1 and src[-1] % out[-1] == 0:
-        inner = _reshape_index(out[:-1], (*src[:-1], src[-1] // out[-1]), index[:-1])
-        last = Idx(f"(({inner[-1].expr}) * {out[-1]} + ({index[-1].expr}))", mask_of((inner[-1], index[-1])))
-        return (*inner[:-1], last)
-    # Only the masks of the components the linear index uses: the others (size-1 dims) do not move the load, and
-    # a block mask on a scalar pointer (every used component scalar, as pid_b) is refused by tl.load.
-    masks = mask_of(tuple(c for size, c in zip(out, index, strict=True) if c.expr != "0" and size != 1))
-    if any(c.affine is not None for c in index):
-        split = _reshape_affine(out, src, index, masks)
-        if split is not None:
-            return split
-    terms, stride = [], 1
-    for size, c in zip(reversed(out), reversed(index), strict=True):
-        if c.expr != "0" and size != 1:
-            terms.append(f"({c.expr}) * {stride}" if stride != 1 else f"({c.expr})")
-        stride *= size
-    linear = " + ".join(reversed(terms)) if terms else "0"
-    res, inner = [], math.prod(src)
-    for size in src:
-        inner //= max(size, 1)
-        if size == 1:
-            res.append(ZERO)
-            continue
-        expr = f"(({linear}) // {inner})" if inner != 1 else f"({linear})"
-        res.append(Idx(f"({expr} % {size})", masks))
-    return tuple(res)
-
-
-def _reshape_affine(out: tuple[int, ...], src: tuple[int, ...], index: tuple[Idx, ...], masks: str | None
-                    ) -> tuple[Idx, ...] | None:
-    """The row-major reshape of an index with Affine components, digit by digit (no per-element division where
-    the digits line up); None where some source dim's digit does not split, and the caller linearises."""
-    linear, stride = Affine(()), 1
-    for size, c in zip(reversed(out), reversed(index), strict=True):
-        if c.expr != "0" and size != 1:
-            part = c.affine or Affine(((c.expr, 1, size),))
-            linear = linear.plus(part.scaled(stride))
-        stride *= size
-    res: list[Idx] = []
-    inner = math.prod(src)
-    for size in src:
-        inner //= max(size, 1)
-        if size == 1:
-            res.append(ZERO)
-            continue
-        quotient = linear.divmod(inner)
-        if quotient is None:
-            return None
-        digit = quotient[0]
-        if digit.span() >= size:
-            wrapped = digit.divmod(size)
-            if wrapped is None:
-                return None
-            digit = wrapped[1]
-        res.append(Idx.of(digit, masks))
-    return tuple(res)

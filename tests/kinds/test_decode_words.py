@@ -1,0 +1,128 @@
+"""The decode matmul's words form (issue 27): an int4 weight's bytes read as int32 words, unpacked word by word
+(TileEvaluator._words_nibble), each product in an accumulator of its own byte position. Against float64 in
+Triton's interpreter (which runs the unpack's shift-and-mask twin of the GPU's byte permute), for every product,
+uneven sizes and shift amounts outside a byte; what it refuses; its configs; and on sm_90 SASS compiled on the
+CPU, the K loop's instructions a weight element against the pairs form's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusionsearch as fs
+from fusionsearch import plan as P
+from fusionsearch.codegen import resources as R
+from fusionsearch.codegen.module import generate_module
+from fusionsearch.errors import PlanError
+from fusionsearch.graph.tolerance import output_tolerances, rel_error
+from fusionsearch.kinds.decode_matmul import DecodeConfig
+from fusionsearch.kinds.decode_matmul.configs import decode_candidates, reads_words
+from tests.kinds.test_decode_matmul import decode_plan
+
+WORDS = [DecodeConfig(64, 32, 1, 4, 2, "dot", True, True), DecodeConfig(64, 32, 3, 4, 3, "dot_t", True, True),
+         DecodeConfig(32, 16, 2, 4, 2, "fma", True, True), DecodeConfig(32, 32, 1, 4, 2, "fma_acc", True, True)]
+SHAPES = [{"M": 3, "K": 96, "N": 40, "G": 16},  # N not a whole number of blocks: the words' mask
+          {"M": 1, "K": 192, "N": 24, "G": 64},
+          {"M": 16, "K": 64, "N": 128, "G": 32}]
+
+
+def _loop(source: str) -> str:
+    return source.split("for k_tile in")[1].split("ws_off")[0]
+
+
+# FMAs only up to 4 rows, as the decode kind offers them
+CASES = [(shape, cfg) for shape in SHAPES for cfg in WORDS if shape["M"] <= 4 or not cfg.on_cuda_cores]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize(("shape", "cfg"), CASES, ids=[f"{'-'.join(map(str, s.values()))}-{c.product}"
+                                                        for s, c in CASES])
+def test_the_words_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg: DecodeConfig,
+                                                      dtype: torch.dtype) -> None:
+    g = fs.workload("w4_dequant_mm", dtype=dtype, **shape)
+    plan = decode_plan(P.fully_fused(g), cfg)
+    inputs = fs.random_inputs(g, seed=7)
+    (ref,) = fs.reference(g, inputs, float64=True)
+    compiled = fs.compile_plan(plan)
+    (out,) = compiled(*inputs)
+    (tol,) = output_tolerances(g)
+    assert out.dtype == dtype and rel_error(out, ref) <= tol, rel_error(out, ref)
+    loop = _loop(compiled.source)
+    assert loop.count("tl.pointer_type(tl.int32)") == 1  # the packed weight: one word load a K block
+    assert loop.count("_bytes_f32(") == 2  # each parity's four bytes from one permute call, no per-byte unpack
+    assert ".to(tl.uint8)" not in loop
+    assert all(f"accw{j}" in loop for j in range(4))
+
+
+@pytest.mark.parametrize("amounts", [(0, 4), (3, 7), (9, 2), (8, 255)], ids=str)
+def test_shift_amounts_outside_a_byte_give_torchs_zero(amounts: tuple[int, int]) -> None:
+    """The word's shift brings the next byte's bits in; the per-byte mask keeps them out, and an amount of 8
+    or more leaves 0, as torch's uint8 >> does (the workload's own amounts are 4 and 0)."""
+    g = fs.workload("w4_dequant_mm", dtype=torch.float32, M=2, K=64, N=48, G=32)
+    x, w, _, s, z = fs.random_inputs(g, seed=11)
+    shifts = torch.tensor(amounts, dtype=torch.uint8).reshape(2, 1)
+    (ref,) = fs.reference(g, [x, w, shifts, s, z], float64=True)
+    for cfg in (WORDS[0], WORDS[3]):
+        (out,) = fs.compile_plan(decode_plan(P.fully_fused(g), cfg))(x, w, shifts, s, z)
+        assert rel_error(out, ref) <= output_tolerances(g)[0], (cfg.product, rel_error(out, ref))
+
+
+def test_a_words_config_on_a_weight_not_of_bytes_reads_it_as_any_other() -> None:
+    """Words is a reading of B's columns: without bytes to read as words, the tiles of the four byte positions
+    load B like any operand and the answer is the same."""
+    for name, shape in (("mm_bias_gelu", {"M": 2, "K": 64, "N": 52}), ("w8_dequant_mm", {"M": 3, "K": 64, "N": 64})):
+        g = fs.workload(name, dtype=torch.float16, **shape)
+        plan = decode_plan(P.fully_fused(g), WORDS[3])
+        inputs = fs.random_inputs(g, seed=2)
+        refs = fs.reference(g, inputs, float64=True)
+        (out,) = fs.compile_plan(plan)(*inputs)
+        assert rel_error(out, refs[0]) <= output_tolerances(g)[0]
+        assert "pointer_type(tl.int32)" not in _loop(generate_module(plan).source)
+
+
+def test_a_weight_not_4_byte_aligned_is_refused_in_one_line() -> None:
+    g = fs.workload("w4_dequant_mm", dtype=torch.float32, M=1, K=64, N=32, G=32)
+    x, w, shifts, s, z = fs.random_inputs(g, seed=1)
+    run = fs.compile_plan(decode_plan(P.fully_fused(g), WORDS[3]))
+    shifted = torch.empty(w.numel() + 1, dtype=torch.uint8)[1:].view(w.shape)
+    shifted.copy_(w)
+    with pytest.raises(ValueError, match="reads input 1 as 4-byte words: it must be 4-byte aligned"):
+        run(x, shifted, shifts, s, z)
+
+
+def test_words_configs_are_checked_and_labelled() -> None:
+    cfg = DecodeConfig(256, 64, 8, 4, 3, "fma_acc", True, True)
+    assert cfg.short() == "decode fma_acc n256 k64 sk8 w4 s3 pairs words"
+    assert DecodeConfig.from_short(cfg.short()) == cfg
+    with pytest.raises(PlanError, match="words is a form of pairs"):
+        DecodeConfig(64, 32, 1, 4, 2, "fma", False, True)
+    with pytest.raises(PlanError, match="block_n must be at least 64"):
+        DecodeConfig(32, 32, 1, 4, 2, "dot", True, True)  # a quarter of 32 columns: below a dot's 16
+    g = fs.workload("w4_dequant_mm", dtype=torch.float16, M=1, K=64, N=42, G=32)  # N not a multiple of 4
+    with pytest.raises(PlanError, match="words need N"):
+        decode_plan(P.fully_fused(g), DecodeConfig(32, 32, 1, 4, 2, "fma", True, True))
+
+
+def test_the_words_form_is_offered_where_its_bytes_are_and_leads_with_its_fmas() -> None:
+    w4 = fs.workload("w4_dequant_mm", dtype=torch.bfloat16, M=1, K=4096, N=11008, G=128)
+    found = decode_candidates(w4, "y")
+    assert reads_words(w4, "y") and found[0].words and found[0].product == "fma_acc"
+    assert len({c.short() for c in found}) == len(found)
+    for name, shape in (("w4_dequant_mm", {"M": 1, "K": 256, "N": 42, "G": 32}),  # N % 4
+                        ("w8_dequant_mm", {"M": 1, "K": 256, "N": 64})):  # int8, no nibble pairs
+        g = fs.workload(name, dtype=torch.bfloat16, **shape)
+        assert not any(c.words for c in decode_candidates(g, "y"))
+
+
+def test_the_words_k_loop_runs_fewer_instructions_a_weight_element_on_sm90() -> None:
+    """The reason for the form: compiled for sm_90 on the CPU (the GPU's code, with the byte permute), the int4
+    GEMV's K loop (one row, K 4096, N 11008) runs under 0.7 of the pairs form's instructions a weight element
+    (measured 4.85 against 8.16, h100-2026-12-06g-w4-words) and spills nothing."""
+    g = fs.workload("w4_dequant_mm", dtype=torch.bfloat16, M=1, K=4096, N=11008, G=128)
+    per_element = {}
+    for words in (False, True):
+        cfg = DecodeConfig(256, 64, 8, 4, 3, "fma_acc", True, words)
+        (res,) = R.plan_resources(decode_plan(P.fully_fused(g), cfg))  # in a child process under the interpreter
+        assert res is not None and res.loop_local_ops == 0
+        per_element[words] = res.loop_instructions / (cfg.block_n * cfg.block_k / (32 * cfg.num_warps))
+    assert per_element[True] < 0.7 * per_element[False], per_element
