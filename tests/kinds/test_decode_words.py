@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fusionsearch as fs
 from fusionsearch import plan as P
@@ -126,3 +128,28 @@ def test_the_words_k_loop_runs_fewer_instructions_a_weight_element_on_sm90() -> 
         assert res is not None and res.loop_local_ops == 0
         per_element[words] = res.loop_instructions / (cfg.block_n * cfg.block_k / (32 * cfg.num_warps))
     assert per_element[True] < 0.7 * per_element[False], per_element
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_random_int4_graphs_through_random_words_configs_match_float64(data: st.DataObject) -> None:
+    """Random sizes (N a multiple of 4, K of the block, any group dividing K), dtypes, shift amounts (some past
+    a byte) and words configs of every product: the answer float64 gives."""
+    product = data.draw(st.sampled_from(["dot", "dot_t", "fma", "fma_acc"]))
+    fma = product.startswith("fma")
+    m = data.draw(st.integers(1, 4 if fma else 16))
+    block_n = data.draw(st.sampled_from([16, 32, 64] if fma else [64, 128]))
+    block_k = data.draw(st.sampled_from([16, 32] if fma else [32, 64]))
+    blocks, split = data.draw(st.integers(1, 4)), data.draw(st.sampled_from([1, 2]))
+    k = block_k * blocks * split
+    n = 4 * data.draw(st.integers(1, 40))
+    group = data.draw(st.sampled_from([gr for gr in (2, 8, 16, 32, 64) if k % gr == 0]))
+    dtype = data.draw(st.sampled_from([torch.float32, torch.float16]))
+    cfg = DecodeConfig(block_n, block_k, split, 4, data.draw(st.sampled_from([1, 2, 3])), product, True, True)
+    g = fs.workload("w4_dequant_mm", dtype=dtype, M=m, K=k, N=n, G=group)
+    x, w, _, s, z = fs.random_inputs(g, seed=data.draw(st.integers(0, 99)))
+    amounts = data.draw(st.sampled_from([(4, 0), (0, 4), (2, 6), (1, 9)]))
+    shifts = torch.tensor(amounts, dtype=torch.uint8).reshape(2, 1)
+    (ref,) = fs.reference(g, [x, w, shifts, s, z], float64=True)
+    (out,) = fs.compile_plan(decode_plan(P.fully_fused(g), cfg))(x, w, shifts, s, z)
+    assert rel_error(out, ref) <= output_tolerances(g)[0], (cfg.short(), m, k, n, group, amounts)

@@ -662,7 +662,10 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
                 splits = [d for d in (1, 2, 3, 8) if (k // block_k) % d == 0]
                 cfg = replace(cfg, block_k=block_k, split_k=draw(st.sampled_from(splits)), pairs=True)
             elif cfg.pairs:  # no block divides this K: the plain form
-                cfg = replace(cfg, pairs=False)
+                cfg = replace(cfg, pairs=False, words=False)
+            if cfg.pairs and problem(g, mm).n % 4 == 0 and (cfg.on_cuda_cores or cfg.block_n >= 64) \
+                    and draw(st.integers(0, 3)) > 0:  # B's columns as 4-byte words (int4 bytes unpacked word by word)
+                cfg = replace(cfg, words=True)
             others.append(offered if cfg.short() in decode else (*offered, (cfg.short(), "decode")))
             configs.append(space.configs[i])
         else:
@@ -748,6 +751,8 @@ def _record(g: OpGraph, plan: Plan, space: Space, candidates: tuple[tuple[TileCo
             note(f"decode kernel, {k.config.product}")
             if k.config.pairs:
                 note("decode kernel, pairs")
+            if k.config.words:
+                note("decode kernel, words")
             if k.prologue_a or k.prologue_b or k.epilogue:
                 STATS["decode kernel with a fused node"] += 1
             if plan.options.scale_after_dot and find_scales(g, k):

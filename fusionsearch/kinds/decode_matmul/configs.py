@@ -40,6 +40,7 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
 # 3-sweep-w4/: at one row `fma_acc n256 k64 sk8` 23.6 us, `n256 k32 sk16` 23.7; at 16 rows `dot_t n64 k128 sk4`
 # 29.1; the fma_acc forms only at up to 4 rows, where their accumulator fits).
 KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
+    DecodeConfig(128, 128, 4, 4, 3, "dot", True),
     DecodeConfig(256, 64, 8, 4, 3, "fma_acc", True),
     DecodeConfig(256, 32, 16, 4, 3, "fma_acc", True),
     DecodeConfig(64, 128, 4, 4, 3, "dot_t", True),
@@ -153,10 +154,11 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
     if unpacks_pairs(g, mm):
         known = _paired(offered(KNOWN_GOOD_PAIRS), p)
         words = _worded(known) if reads_words(g, mm) else []
-        # The words form's FMAs lead (the int4 GEMV at one row: 20.4 against 23.5 us, h100-2026-12-06g-w4-words);
-        # its dots, not yet measured faster than the pairs form's, follow the known pairs configs.
-        fixed = list(dict.fromkeys([*(c for c in words if c.on_cuda_cores), *known,
-                                    *(c for c in words if not c.on_cuda_cores), *_paired(fixed, p), *fixed]))
+        # The words form leads (h100-2026-12-06g-w4-words, the int4 GEMV K4096 N11008 G128: at one row
+        # `fma_acc n256 k64 sk8` 19.2 us against the pairs form's best 24.1; at 16 rows `dot n128 k128 sk4` 27.8
+        # against 29.2); at 4 rows the pairs form's `dot_t n64 k128 sk4` stays best (29.1; words 30.2), next.
+        fmas, dots = [c for c in words if c.on_cuda_cores], [c for c in words if not c.on_cuda_cores]
+        fixed = list(dict.fromkeys([*fmas, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
         grid = [x for c in grid for x in (*(_worded(_paired([c], p)) if words else []), *_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
