@@ -153,3 +153,25 @@ def test_random_int4_graphs_through_random_words_configs_match_float64(data: st.
     (ref,) = fs.reference(g, [x, w, shifts, s, z], float64=True)
     (out,) = fs.compile_plan(decode_plan(P.fully_fused(g), cfg))(x, w, shifts, s, z)
     assert rel_error(out, ref) <= output_tolerances(g)[0], (cfg.short(), m, k, n, group, amounts)
+
+
+@pytest.mark.parametrize("amount", [4, 0, 9], ids=str)
+def test_a_constant_shift_amount_is_unpacked_word_by_word_too(amount: int) -> None:
+    """`(w >> c) & 15` with c a constant of the graph (not an input), both K parities the same nibble: the
+    words path's constant-amount branch, c = 9 giving torch's 0."""
+    from fusionsearch.graph.opgraph import OpGraph
+
+    k, n = 64, 32
+    g = OpGraph()
+    x, w = g.input("x", (2, k), torch.float32), g.input("w", (k // 2, n), torch.uint8)
+    pairs = g.add("expand", [g.add("unsqueeze", [w], name="w_pairs", dim=1)], name="w_both", shape=[k // 2, 2, n])
+    nib = g.add("bitwise_and", [g.add("bitwise_right_shift", [pairs], name="w_shifted", scalar=amount)],
+                name="w_nibbles", scalar=15)
+    q = g.add("cast", [g.add("view", [nib], name="w_int4", shape=[k, n])], name="w_float", dtype="float32")
+    g.set_outputs([g.add("mm", [x, g.add("sub", [q], name="w_centered", scalar=8)], name="y")])
+    inputs = fs.random_inputs(g, seed=4)
+    (ref,) = fs.reference(g, inputs, float64=True)
+    plan = decode_plan(P.fully_fused(g), WORDS[3])
+    (out,) = fs.compile_plan(plan)(*inputs)
+    assert rel_error(out, ref) <= output_tolerances(g)[0]
+    assert "_bytes_f32(" in _loop(generate_module(plan).source)

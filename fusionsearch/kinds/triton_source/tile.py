@@ -239,7 +239,8 @@ class TileEvaluator:
                                                          self._is_variant(a))
             amount_expr = self.memo[("#shift", (a,))].name
         else:
-            amount_expr = str(min(max(int(shift.attrs["scalar"]), 0), 8)) if 0 <= int(shift.attrs["scalar"]) else "8"
+            amount = int(shift.attrs["scalar"])
+            amount_expr = str(amount if 0 <= amount < 8 else 8)  # torch's uint8 >> s: 0 for s outside [0, 8)
         w = self._word_load(byte, byte_idx)
         key = (f"{byte}#nibbles", (w.name, amount_expr, str(c)))
         if key not in self.memo:
@@ -400,8 +401,9 @@ class TileEvaluator:
         """`(MAGIC + q - shift) * s + z` in fp32 as one FMA, `(MAGIC + q) * s + (z - shift * s)`, where `s`
         and `z` span fewer elements than the weight (a group's scale and zero: computed once a column): one
         instruction fewer a weight element. Exact but for the rounding of z - shift * s, within 2^-24 of
-        (MAGIC + 16) |s| for MAGIC <= _FOLD_MAGIC, far below the weight's own bf16 or fp16 rounding. Records a
-        product of such a value for the add that may follow; returns the add."""
+        (MAGIC + 16) |s| for MAGIC <= _FOLD_MAGIC, far below the weight's own bf16 or fp16 rounding (an infinite
+        s gives NaN where the unfolded form may give an infinity). Only the add is made here; the product that
+        feeds it is recorded where it is made (`_pointwise`)."""
         if cdt != torch.float32 or len(operands) != 2 or node.attrs.get("alpha", 1) != 1:
             return None
         if node.op == "add":
