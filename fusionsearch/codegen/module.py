@@ -35,6 +35,11 @@ _PRMT = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")
 
 
 @triton.jit
+def _low_byte_f32(x):
+    return (((x & 255) << 16) | 0x43000000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _bytes_f32(words):
     if _PRMT:
         b0, b1, b2, b3 = tl.inline_asm_elementwise(
@@ -42,10 +47,8 @@ def _bytes_f32(words):
             "prmt.b32 $2, $4, 0x43000000, 0x7244; prmt.b32 $3, $4, 0x43000000, 0x7344;",
             "=r,=r,=r,=r,r", [words], dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
     else:
-        b0 = (((words & 255) << 16) | 0x43000000).to(tl.float32, bitcast=True)
-        b1 = (((words >> 8) & 255) << 16 | 0x43000000).to(tl.float32, bitcast=True)
-        b2 = (((words >> 16) & 255) << 16 | 0x43000000).to(tl.float32, bitcast=True)
-        b3 = (((words >> 24) & 255) << 16 | 0x43000000).to(tl.float32, bitcast=True)
+        b0, b1, b2, b3 = (_low_byte_f32(words), _low_byte_f32(words >> 8), _low_byte_f32(words >> 16),
+                          _low_byte_f32(words >> 24))
     return b0, b1, b2, b3
 
 
@@ -371,25 +374,26 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
         launches.append(calls)
     if externs:
         head += ["    if not EXTERNS:", "        _load_externs()"]
+    # Inputs read other than element by element, checked before any launch (after the inputs are unpacked).
+    checks = []
     read_as_words = {a.node for gk in kernels for a in gk.args if a.words}
     for j in [j for j, n in enumerate(g.inputs) if n in read_as_words]:
         b, shape = buf[g.inputs[j]], g.node(g.inputs[j]).shape
         rows = "".join(f" or {b}.stride({d}) % 4" for d in range(len(shape) - 1) if shape[d] > 1)
-        at = head.index("    fast, key, stream = _launch_key(inputs, device)")
-        head[at:at] = [f"    if {b}.data_ptr() % 4 or {b}.stride({len(shape) - 1}) != 1{rows}:",
-                       f"        raise ValueError('this plan reads input {j} as 4-byte words: it must be 4-byte "
-                       f"aligned, contiguous in its last dim, its other strides multiples of 4')"]
+        checks += [f"    if {b}.data_ptr() % 4 or {b}.stride({len(shape) - 1}) != 1{rows}:",
+                   f"        raise ValueError('this plan reads input {j} as 4-byte words: it must be 4-byte "
+                   f"aligned, contiguous in its last dim, its other strides multiples of 4')"]
     read_by_tma = {a.node for gk in kernels for a in gk.args if a.tma}
     if read_by_tma:
-        checks = ["    _tma_allocator(device)"]
+        checks.append("    _tma_allocator(device)")
         for j in [j for j, n in enumerate(g.inputs) if n in read_by_tma]:
             b, (rows, cols) = buf[g.inputs[j]], g.node(g.inputs[j]).shape
             row_stride = f" or {b}.stride(0) != {cols}" if rows > 1 else ""  # a single row's stride is never used
             checks += [f"    if {b}.data_ptr() % 16 or {b}.stride(1) != 1{row_stride}:",
                        f"        raise ValueError('this plan reads input {j} through a TMA descriptor: it must be "
                        f"contiguous and 16-byte aligned')"]
-        at = head.index("    fast, key, stream = _launch_key(inputs, device)")  # after the inputs are unpacked
-        head[at:at] = checks
+    at = head.index("    fast, key, stream = _launch_key(inputs, device)")
+    head[at:at] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
     run = ["def run(*inputs, poison=False):", *head, *_freeing(plan, body, starts, buf, allocated),
            "    _remember(key, launched)", f"    return {outputs}"]

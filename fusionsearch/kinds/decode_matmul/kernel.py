@@ -32,7 +32,8 @@ and keeps its shift and a group scale's index out of the per-element work.
 The pairs form in `words`: those bytes read as int32 words, four columns a word, B's tile evaluated at each of
 the four byte positions and each product kept in an accumulator of its own (a quarter of the columns), joined
 after the K loop; the unpack then runs on whole words (TileEvaluator._words_nibble): the int4 GEMV's K loop
-from 8.2 to 4.9 SASS instructions a weight element (benchmarks/results/h100-2026-12-06g-w4-words)."""
+from 8.16 to 4.85 SASS instructions a weight element (benchmarks/results/cpu-2026-12-06g-words-sass;
+timed in h100-2026-12-06g-w4-words)."""
 _MAX_BLOCK_N, _MAX_BLOCK_K, _MAX_SPLIT, _MAX_WARPS, _MAX_STAGES = 1024, 512, 64, 16, 8
 
 

@@ -191,8 +191,7 @@ class TileEvaluator:
         arg.words = True
         assert index[-1].affine is not None
         column = index[-1].affine.terms[0][0]  # idx_w[None, :] or idx_w[:, None]
-        rows = " + ".join(f"({c.expr}) * {s}" for c, s in zip(index[:-1], arg.strides[:-1], strict=True)
-                          if c.expr != "0") or "0"
+        rows = offset(arg, (*index[:-1], ZERO))  # the row's byte offset; the words' column index is added after
         mask = mask_of((*index[:-1], Idx(column, index[-1].mask)))
         ptr = f"({arg.ptr} + {rows}).to(tl.pointer_type(tl.int32)) + {column}"
         expr = f"tl.load({ptr}, mask={mask}, other=0)" if mask else f"tl.load({ptr})"
@@ -204,15 +203,15 @@ class TileEvaluator:
         """Cast node `n` of a byte of words read by `_word_load`, shifted right and masked (`(b >> s) & c`, the
         int4 unpack), to a float, made from the whole word: the shift and mask once a word (four bytes: the mask
         `(255 >> s) & c` in each byte keeps out what the shift brings in from the next one), then the byte put
-        under a float32 exponent of 128 by one byte permute (`_byte_f32`: 128 + q exactly, q <= 127). The
+        under a float32 exponent of 128 by one byte permute (`_bytes_f32`: 128 + q exactly, q <= 127). The
         float32 instructions a weight element: one permute instead of a shift, a mask and a magic-number OR on a
-        byte of its own (benchmarks/results: the int4 GEMV's K loop 8.2 -> 4.9 SASS instructions an element).
+        byte of its own (the int4 GEMV's K loop 8.16 -> 4.85 SASS instructions an element,
+        benchmarks/results/cpu-2026-12-06g-words-sass).
         None where `n` is not such a cast."""
         g, node = self.g, self.g.node(n)
         if not self.words or node.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             return None
-        src, idx = node.inputs[0], index
-        src, idx = self._through_layout(src, idx)
+        src, idx = self._through_layout(node.inputs[0], index)
         mask_node = g.node(src)
         c = mask_node.attrs.get("scalar")
         if (src not in self.computed or mask_node.op != "bitwise_and" or len(mask_node.inputs) != 1
@@ -248,8 +247,8 @@ class TileEvaluator:
             self.memo[key] = self._emit("nib", f"(({w.name} >> {amount_expr}) & ({keep}))", torch.int32, torch.int32,
                                         self._is_variant(w.name, amount_expr))
         words = self.memo[key]
-        if (f"{byte}#bytes", (words.name,)) not in self.memo:  # all four at once: one asm block, one register for
-            # the permute's constant (four apart, ptxas rematerialised it for every element: 56 MOVs a K step)
+        if (f"{byte}#bytes", (words.name, "0")) not in self.memo:  # all four at once: one asm block, one register
+            # for the permute's constant (four apart, ptxas rematerialised it for every element)
             variant = self._is_variant(words.name)
             sink = self.body if (variant or self.hoist is None) else self.hoist
             names = [sink.names.fresh("q") for _ in range(WORD_BYTES)]
@@ -258,7 +257,6 @@ class TileEvaluator:
                 self._variant.update(names)
             for i, name in enumerate(names):
                 self.memo[(f"{byte}#bytes", (words.name, str(i)))] = Value(name, torch.float32, torch.float32)
-            self.memo[(f"{byte}#bytes", (words.name,))] = Value(names[0], torch.float32, torch.float32)
         raw = self.memo[(f"{byte}#bytes", (words.name, str(j)))]
         out = self._emit("v", f"({raw.name} - 128.0)", torch.float32, node.dtype, self._is_variant(raw.name))
         self._magic[out.name] = (raw, 128, c)
@@ -427,6 +425,8 @@ class TileEvaluator:
 _FOLD_MAGIC = 1024  # the largest MAGIC whose offset `_fold_scale` moves into the zero (fp16's)
 
 
+# Floats whose bits OR'd onto a small non-negative integer q give MAGIC + q exactly: (bits, MAGIC, the integer
+# dtype the bits are built in, the largest q).
 _MAGIC: dict[torch.dtype, tuple[int, int, torch.dtype, int]] = {
     torch.bfloat16: (0x4300, 128, torch.int16, 127),
     torch.float16: (0x6400, 1024, torch.int16, 1023),
