@@ -117,6 +117,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--rep-ms", type=int, default=20)
     ap.add_argument("--cases", default="", help="comma-separated case indices (default: all)")
+    ap.add_argument("--configs", default="", help="semicolon-separated block configs 'bm,bn,bk,warps,stages' in "
+                    "place of the grid (e.g. '128,256,64,8,3;256,128,64,8,3')")
+    ap.add_argument("--silu-standalone", action="store_true", help="SiLU*up in its own kernel in every plan, not "
+                    "in the down bmm's A loads (computed once instead of once a column block)")
     ap.add_argument("--splits", default="", help="comma-separated split-K to try on every config besides the "
                     "kind's rule's two (T512's down bmm: does split-K's workspace cost more than it gives?)")
     args = ap.parse_args()
@@ -127,9 +131,12 @@ def main() -> None:
     for index in case_indices(args.cases, len(CASES)):
         shape, t0 = CASES[index], time.time()
         g = fs.workload("moe_ffn", **shape, dtype=torch.bfloat16)
-        base = base_plan(g)
+        base = base_plan(g, a_prologues=not args.silu_standalone)
         decode = shape["T"] <= 16
         grid = GRID["decode" if decode else "prefill"]
+        if args.configs:
+            grid = [(bm, bn, bk, (w, s)) for bm, bn, bk, w, s in (
+                map(int, c.split(",")) for c in args.configs.split(";") if c.strip())]
         labels, plans = [], []
         extra = [f"sk{int(v)}" for v in args.splits.split(",") if v.strip()]
         picks: list[int | str] = [0, 1, *extra]

@@ -48,13 +48,34 @@ class MeasureState:
     seed: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
     _refs: list[torch.Tensor] | None = field(default=None, repr=False)
+    _refs_error: str = field(default="", repr=False)
 
     def refs(self) -> list[torch.Tensor]:
+        """The float64 reference outputs. Where they do not fit in memory (the GPU's, then the host's: a MoE
+        layer's gathered expert weights at 512 tokens are 481 GB in float64), a MeasureError naming the largest
+        value, raised again at once for every later plan instead of a minute-long retry each."""
+        if self._refs_error:
+            raise MeasureError(self._refs_error)
         if self._refs is None:
             from fusionsearch.graph.reference import reference
 
-            self._refs = reference(self.graph, self.inputs, float64=True)
+            try:
+                self._refs = reference(self.graph, self.inputs, float64=True)
+            except (torch.OutOfMemoryError, RuntimeError) as e:
+                if "memory" not in str(e).lower():
+                    raise
+                self._refs_error = _reference_too_large(self.graph)
+                raise MeasureError(self._refs_error) from None
         return self._refs
+
+
+def _reference_too_large(g: OpGraph) -> str:
+    """Why no plan of `g` can be validated here: its largest value in float64, which did not fit."""
+    big = max((n for n in g if n.op != "input"), key=lambda n: math.prod(n.shape))
+    gb = math.prod(big.shape) * 8 / 1e9
+    return (f"the float64 reference of this graph does not fit in this machine's memory (its largest value, "
+            f"{big.name!r} {list(big.shape)}, is {gb:.1f} GB in float64), so no plan can be validated; "
+            "search a smaller shape")
 
 
 def validated(state: MeasureState, plan_json: str) -> tuple[Any, float, dict[str, Any] | None]:

@@ -172,6 +172,20 @@ def test_the_measured_block_shapes_lead_the_offer_and_every_pipeline_fits_for_it
         assert ((128, 256, 64, 8, 3) in shapes) == (tokens == 512 and dtype == torch.bfloat16)
 
 
+def test_prefill_blocks_are_offered_unsplit_first_and_decode_blocks_split() -> None:
+    from fusionsearch.kinds.grouped_matmul.configs import grouped_candidates, splits_for
+
+    prefill = fs.workload("moe_ffn", T=512, D=4096, H=14336, E=8)
+    r = expert_routing(prefill, "down")
+    assert splits_for(r, 14336, 128, 256, 64) == (1, 4, 8)  # 16 column blocks x 8 experts: the rule asks 4
+    assert splits_for(r, 14336, 128, 256, 64)[0] == 1 and splits_for(r, 14336, 64, 256, 64)[0] == 1
+    decode = fs.workload("moe_ffn", T=1, D=4096, H=14336, E=8)
+    r = expert_routing(decode, "down")
+    assert 1 not in splits_for(r, 14336, 16, 64, 256)  # 2 experts x 64 column blocks: split to fill the GPU
+    offer = grouped_candidates(prefill, "down", expert_routing(prefill, "down"), limit=48)
+    assert offer[0] == GroupedConfig(128, 256, 64, 1, 8, 4)  # the fastest measured at T512 leads
+
+
 def test_choosing_the_grouped_kind_fuses_its_expert_gather_so_no_draw_is_illegal() -> None:
     """The grouped kernel reads each expert's weight itself: a trial that picks it with the gather left
     standalone was illegal (6 of 32 trials of the T16 search on an H100); now the gather comes with the kind."""

@@ -20,15 +20,19 @@ _BLOCK_N = (32, 64, 128, 256)
 _BLOCK_K = (32, 64, 128)
 _WARPS_STAGES = ((4, 3), (4, 4), (8, 3))
 # (block_m, block_n, block_k, warps, stages) fastest per bmm of moe_ffn (D4096 H14336 E8, bfloat16) on an H100
-# (benchmarks/results/h100-2026-12-05b-decode-grouped): decode gate/up, decode down, prefill (T512).
+# (benchmarks/results/h100-2026-12-05b-decode-grouped): decode gate/up, decode down; prefill (T512, the
+# blocks-fastest grid, benchmarks/results/h100-2026-12-06i-moe-order): the fastest first.
 KNOWN_GOOD: tuple[tuple[int, int, int, int, int], ...] = (
     (16, 64, 256, 4, 4), (16, 128, 256, 4, 3), (16, 256, 64, 4, 4), (16, 256, 128, 8, 3),
-    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 4, 3))
+    (128, 256, 64, 8, 4), (128, 128, 64, 4, 3), (128, 256, 64, 8, 3))
 
 
 def splits_for(r: ExpertRouting, k: int, block_m: int, block_n: int, block_k: int) -> tuple[int, ...]:
     """The split-K that first gives at least 2 CTAs a multiprocessor (column blocks x expected blocks of the
-    touched experts x splits), and twice it, each leaving every split at least two K blocks."""
+    touched experts x splits), and twice it, each leaving every split at least two K blocks. A prefill block
+    (64 pairs or more) is offered unsplit first: its CTAs are long and an expert's blocks share its weight tile
+    in L2, so the split's partials cost more than its wave balance gives (Mixtral T512's three bmms: unsplit
+    fastest on every config, the down bmm 388.7 us against 509.4 split in four, on an H100)."""
     touched = r.expected_experts()
     blocks = max(touched, r.pairs / block_m)
     ctas = math.ceil(r.cols / block_n) * blocks
@@ -36,7 +40,7 @@ def splits_for(r: ExpertRouting, k: int, block_m: int, block_n: int, block_k: in
     split = 1
     while ctas * split < 2 * MULTIPROCESSORS and split * 2 <= min(most, 64):
         split *= 2
-    return tuple(dict.fromkeys((split, min(split * 2, most, 64))))
+    return tuple(dict.fromkeys(((1,) if block_m >= 64 else ()) + (split, min(split * 2, most, 64))))
 
 
 def grouped_candidates(g: OpGraph, mm: str, r: ExpertRouting, limit: int = 48) -> tuple[GroupedConfig, ...]:
@@ -56,6 +60,8 @@ def grouped_candidates(g: OpGraph, mm: str, r: ExpertRouting, limit: int = 48) -
         return [c for c in configs if c.shared_memory_bytes(itemsize) <= MAX_SHARED_MEMORY_BYTES]
 
     known = [c for shape in KNOWN_GOOD if offered(*shape[:3]) for c in with_splits(*shape)]
+    if per_expert >= 64:  # prefill: its own measured shapes before the decode ones (a stable sort)
+        known.sort(key=lambda c: c.block_m < 64)
     grid: list[GroupedConfig] = []
     for bm, bn, bk, (w, s) in itertools.product(_BLOCK_M, _BLOCK_N, _BLOCK_K, _WARPS_STAGES):
         if not offered(bm, bn, bk) or (bn == 32 and r.cols > 64) or (bk == 32 and k > 64):

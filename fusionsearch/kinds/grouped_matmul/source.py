@@ -1,11 +1,11 @@
 """The grouped matmul's Triton source: two launches. The routing kernel (one CTA) sorts the token-expert pairs
 by expert into an int32 table: the pairs in expert order, and per expert its pair count, its first pair and
-its first block of BLOCK_M pairs. The matmul kernel's grid is (column blocks, K slices, blocks): a bound on
-the blocks (pairs / BLOCK_M + E) is launched and a block past the last expert's returns at once, so an expert
-no token chose costs no load. Each CTA reads its expert's weight block once for all its pairs: B through the
-B prologue at the block's first pair (the gather then reads this expert's rows), A's rows and the output rows
-at every pair's own batch and columns, so prologue, epilogue and the token-order store are the template's code.
-Split-K is the template's serial tail."""
+its first block of BLOCK_M pairs. The matmul kernel's grid is one axis over (blocks, K slices, column blocks),
+blocks fastest: a bound on the blocks (pairs / BLOCK_M + E) is launched and a block past the last expert's
+returns at once, so an expert no token chose costs no load. Each CTA reads its expert's weight block once for
+all its pairs: B through the B prologue at the block's first pair (the gather then reads this expert's rows),
+A's rows and the output rows at every pair's own batch and columns, so prologue, epilogue and the token-order
+store are the template's code. Split-K is the template's serial tail."""
 
 from __future__ import annotations
 
@@ -163,10 +163,14 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     src.line(f"M = {cfg.block_m}")
     src.line(f"N = {r.cols}")
     src.line(f"K = {p.k}")
-    src.line("pid = tl.program_id(0)")
+    # One grid axis, the blocks varying fastest, then the K slices, then the column blocks: the CTAs that read
+    # one expert's weight tile (its blocks) run side by side, so its second block finds the tile in L2, and a
+    # tile's splits finish close together, their partials still in L2 for the last one.
+    src.line("lin = tl.program_id(0)")
+    src.line(f"pid_b = lin % {blocks}")
     if split > 1:
-        src.line("pid_k = tl.program_id(1)")
-    src.line("pid_b = tl.program_id(2)")
+        src.line(f"pid_k = (lin // {blocks}) % {split}")
+    src.line(f"pid = lin // {blocks * split}")
     inline = r.pairs <= INLINE_PAIRS
     body = _inline_routing(src, buffers, r) if inline else _table_routing(src, r, blocks)
     for who in ("pair", "lead"):  # the pair's batch and (laid out by token) its first column
@@ -207,8 +211,8 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     if split == 1:
         finish_tile(g, k, stored, body, buffers, t, o.upcast_epilogue, p, cfg, even_k, False)
         src.splice(body)
-        return assemble_kernel(name, kernel_src, buffers, (tiles, 1, blocks), constexprs, cfg, routing=size)
+        return assemble_kernel(name, kernel_src, buffers, (tiles * blocks, 1, 1), constexprs, cfg, routing=size)
     serial_split_k(g, k, stored, body, buffers, t, o.upcast_epilogue, p, cfg, even_k, False, split, tiles)
     src.splice(body)
-    return assemble_kernel(name, kernel_src, buffers, (tiles, split, blocks), constexprs, cfg,
+    return assemble_kernel(name, kernel_src, buffers, (tiles * split * blocks, 1, 1), constexprs, cfg,
                            split * blocks * cfg.block_m * r.cols, tiles * blocks, routing=size)
