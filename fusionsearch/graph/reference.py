@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 import torch
 
 from fusionsearch.errors import GraphError, MeasureError
-from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.graph.registry import get_op
 
 # Ops whose domain is positive reals: inputs that feed them get positive random values.
@@ -28,7 +30,19 @@ def check_inputs(g: OpGraph, inputs: Sequence[torch.Tensor]) -> None:
             raise MeasureError(f"input {name!r} must be {list(node.shape)} {node.dtype}, got {list(t.shape)} {t.dtype}")
 
 
-def reference(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool = False) -> list[torch.Tensor]:
+@dataclass(frozen=True)
+class Replacement:
+    """One node's value computed by `compute(values of reads, float64)` instead of by its op, and the nodes
+    `skips` never evaluated (they feed only that node): how a pattern whose op-by-op values do not fit in
+    memory is evaluated (a mixture-of-experts bmm's gathered expert weights; kinds say which patterns)."""
+
+    reads: tuple[str, ...]
+    skips: tuple[str, ...]
+    compute: Callable[[Sequence[torch.Tensor], bool], torch.Tensor]
+
+
+def reference(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool = False,
+              replaced: Mapping[str, Replacement] | None = None) -> list[torch.Tensor]:
     """Run the graph op by op in eager PyTorch; returns the outputs in `g.outputs` order.
 
     With `float64=True` every floating value is computed in float64 and casts between floating dtypes are
@@ -36,17 +50,42 @@ def reference(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool = False)
     last use, so the peak is the live values, not the whole graph's (a Mixtral layer's gathered expert weights
     in float64 at 16 tokens: 45 GB all kept, 15 GB at a time). Where the GPU runs out of memory for it (a
     search's process beside a benchmark's: 8 of 8 trials failed so on an H100), it runs on the host and its
-    outputs come back to the inputs' device: once per search, slower, never wrong.
+    outputs come back to the inputs' device: once per search, slower, never wrong. `replaced`: nodes computed
+    otherwise (Replacement), checked to read only what precedes them and to skip only what feeds them alone.
     """
     check_inputs(g, inputs)
+    replaced = dict(replaced or {})
+    _check_replacements(g, replaced)
     try:
-        return _evaluate(g, inputs, float64)
+        return _evaluate(g, inputs, float64, replaced)
     except torch.OutOfMemoryError:
         device = accelerator(inputs)
         if device is None:
             raise
     torch.cuda.empty_cache()  # what the failed attempt left cached
-    return [out.to(device) for out in _evaluate(g, [t.cpu() for t in inputs], float64)]
+    return [out.to(device) for out in _evaluate(g, [t.cpu() for t in inputs], float64, replaced)]
+
+
+def apply_op(node: Node, args: Sequence[torch.Tensor], float64: bool) -> torch.Tensor:
+    """`node`'s op on `args` as the reference computes it: in float64 every floating result is float64 and a
+    cast between floating dtypes is exact."""
+    if float64 and node.op == "cast" and node.dtype.is_floating_point:
+        return args[0].double()
+    out: torch.Tensor = get_op(node.op).torch_ref(list(args), node.attrs)
+    return out.double() if float64 and out.dtype.is_floating_point else out
+
+
+def _check_replacements(g: OpGraph, replaced: Mapping[str, Replacement]) -> None:
+    for name, r in replaced.items():
+        before = nx.ancestors(g.nx, name)
+        for n in r.reads:
+            if n not in before:
+                raise GraphError(f"the reference's replacement of {name!r} reads {n!r}, which does not precede it")
+        for n in r.skips:
+            others = set(g.nx.successors(n)) - set(r.skips) - {name}
+            if n not in before or n in g.outputs or others:
+                raise GraphError(f"the reference's replacement of {name!r} skips {n!r}, which feeds "
+                                 f"{sorted(others) or 'the outputs'} too")
 
 
 def accelerator(inputs: Sequence[torch.Tensor]) -> torch.device | None:
@@ -54,30 +93,35 @@ def accelerator(inputs: Sequence[torch.Tensor]) -> torch.device | None:
     return next((t.device for t in inputs if t.device.type != "cpu"), None)
 
 
-def _evaluate(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool) -> list[torch.Tensor]:
+def _evaluate(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool,
+              replaced: Mapping[str, Replacement]) -> list[torch.Tensor]:
     """reference()'s op-by-op run on the inputs' device."""
+    skipped = {n for r in replaced.values() for n in r.skips}
+
+    def reads(node: Node) -> Sequence[str]:
+        if node.name in replaced:
+            return replaced[node.name].reads
+        return () if node.name in skipped else node.inputs
+
     last_use: dict[str, str] = {}
     for node in g:
-        for i in node.inputs:
+        for i in reads(node):
             last_use[i] = node.name
     keep = set(g.outputs)
     values: dict[str, torch.Tensor] = {}
     for name, t in zip(g.inputs, inputs, strict=True):
         values[name] = t.double() if float64 and t.dtype.is_floating_point else t
     for node in g:
-        if node.op == "input":
+        if node.op == "input" or node.name in skipped:
             continue
-        args = [values[i] for i in node.inputs]
-        op = get_op(node.op)
-        if float64 and node.op == "cast" and node.dtype.is_floating_point:
-            out = args[0].double()
+        args: list[Any] = [values[i] for i in reads(node)]
+        if node.name in replaced:
+            out = replaced[node.name].compute(args, float64)
         else:
-            out = op.torch_ref(args, node.attrs)
-            if float64 and out.dtype.is_floating_point:
-                out = out.double()
+            out = apply_op(node, args, float64)
         values[node.name] = out
         del args, out
-        for i in set(node.inputs):
+        for i in set(reads(node)):
             if last_use[i] == node.name and i not in keep:
                 del values[i]
     return [values[o] for o in g.outputs]

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fusionsearch.errors import PlanError
+from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.reference import Replacement
 from fusionsearch.kinds.base import KernelCode, KernelKind, MatmulKind, ModuleContext
 from fusionsearch.kinds.counting import KernelEstimate
 from fusionsearch.kinds.decode_matmul import DECODE
@@ -21,7 +23,7 @@ from fusionsearch.plan.kernels import KernelValue, register_kernel_type, unregis
 
 __all__ = ["BUILTIN", "KernelCode", "KernelEstimate", "KernelKind", "MatmulKind", "ModuleContext", "all_kinds",
            "compiled_kinds", "get",
-           "kind_of", "matmul_kinds", "register", "registered", "unregister"]
+           "kind_of", "matmul_kinds", "reference_replacements", "register", "registered", "unregister"]
 
 _KINDS: dict[str, KernelKind] = {}
 
@@ -80,6 +82,14 @@ def compiled_kinds() -> tuple[str, ...]:
 
 def all_kinds() -> tuple[KernelKind, ...]:
     return tuple(_KINDS.values())
+
+
+def reference_replacements(g: OpGraph) -> dict[str, Replacement]:
+    """What the registered kinds compute otherwise than op by op in `g`'s float64 reference."""
+    out: dict[str, Replacement] = {}
+    for kind in _KINDS.values():
+        out.update(kind.reference_replacements(g))
+    return out
 
 
 for _kind in (TEMPLATE, POINTWISE, EXTERN, LIBRARY_KIND, DECODE, GROUPED):

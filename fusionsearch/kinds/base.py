@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.reference import Replacement
 from fusionsearch.hardware import Hardware
 from fusionsearch.kinds.counting import KernelEstimate, log2
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
@@ -75,6 +76,11 @@ class KernelKind(ABC):
         default only the size of what it writes, log2 of the largest stored value's elements."""
         outs = stored or set(kernel.nodes[-1:])
         return {"log2_numel": log2(max(g.node(n).numel for n in outs))}
+
+    def reference_replacements(self, g: OpGraph) -> dict[str, Replacement]:
+        """Nodes of `g` whose float64 reference this kind computes otherwise than op by op (none by default):
+        graph.reference's `replaced`, for patterns whose op-by-op values do not fit in memory."""
+        return {}
 
     @abstractmethod
     def generate(self, ctx: ModuleContext, kernel: Any, stored: set[str], name: str) -> KernelCode:

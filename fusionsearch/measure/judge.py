@@ -52,15 +52,16 @@ class MeasureState:
 
     def refs(self) -> list[torch.Tensor]:
         """The float64 reference outputs. Where they do not fit in memory (the GPU's, then the host's: a MoE
-        layer's gathered expert weights at 512 tokens are 481 GB in float64), a MeasureError naming the largest
-        value, raised again at once for every later plan instead of a minute-long retry each."""
+        layer's gathered expert weights at 512 tokens were 481 GB in float64, before the grouped kind's
+        replacement), a MeasureError naming the largest value, raised again at once for every later plan
+        instead of a minute-long retry each."""
         if self._refs_error:
             raise MeasureError(self._refs_error)
         if self._refs is None:
-            from fusionsearch.graph.reference import reference
+            from fusionsearch.measure.validate import float64_reference
 
             try:
-                self._refs = reference(self.graph, self.inputs, float64=True)
+                self._refs = float64_reference(self.graph, self.inputs)
             except (torch.OutOfMemoryError, RuntimeError) as e:
                 if "memory" not in str(e).lower():
                     raise
@@ -70,8 +71,11 @@ class MeasureState:
 
 
 def _reference_too_large(g: OpGraph) -> str:
-    """Why no plan of `g` can be validated here: its largest value in float64, which did not fit."""
-    big = max((n for n in g if n.op != "input"), key=lambda n: math.prod(n.shape))
+    """Why no plan of `g` can be validated here: the largest value its reference builds, in float64."""
+    from fusionsearch.kinds import reference_replacements
+
+    skipped = {n for r in reference_replacements(g).values() for n in r.skips}
+    big = max((n for n in g if n.op != "input" and n.name not in skipped), key=lambda n: math.prod(n.shape))
     gb = math.prod(big.shape) * 8 / 1e9
     return (f"the float64 reference of this graph does not fit in this machine's memory (its largest value, "
             f"{big.name!r} {list(big.shape)}, is {gb:.1f} GB in float64), so no plan can be validated; "

@@ -231,11 +231,11 @@ def test_a_float64_reference_the_gpu_has_no_memory_for_runs_on_the_host(monkeypa
     devices: list[str] = []
     evaluate = R._evaluate
 
-    def short_of_memory(g: OpGraph, ins: list[torch.Tensor], float64: bool) -> list[torch.Tensor]:
+    def short_of_memory(g: OpGraph, ins: list[torch.Tensor], float64: bool, replaced: dict) -> list[torch.Tensor]:
         devices.append("accelerator" if ins is inputs else "host")
         if ins is inputs:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB.")
-        return evaluate(g, ins, float64)
+        return evaluate(g, ins, float64, replaced)
 
     monkeypatch.setattr(R, "_evaluate", short_of_memory)
     with pytest.raises(torch.OutOfMemoryError):  # inputs on the host: nowhere else to go

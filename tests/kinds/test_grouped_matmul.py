@@ -13,7 +13,7 @@ import torch
 
 import fusionsearch as fs
 from fusionsearch import plan as P
-from fusionsearch.errors import PlanError
+from fusionsearch.errors import GraphError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.tolerance import output_tolerances, rel_error
 from fusionsearch.kinds.grouped_matmul import GroupedConfig, GroupedKernel, expert_routing
@@ -107,6 +107,51 @@ def test_int8_dequant_prologue_and_gathered_scale_and_routing_weight_epilogue(cf
     plan = Plan(g, (*sides, kernel)).check()
     inputs = fs.random_inputs(g, seed=1)
     assert_matches_float64(plan, g, inputs)
+
+
+@pytest.mark.parametrize("graph", ["moe_ffn", "int8"])
+def test_the_reference_runs_expert_bmms_per_expert_never_building_the_gathered_weights(graph: str,
+                                                                                       monkeypatch) -> None:
+    from fusionsearch.graph import registry
+    from fusionsearch.kinds import reference_replacements
+
+    if graph == "moe_ffn":  # both layouts: gate/up by token, down by pair
+        g, bmms, router = fs.workload("moe_ffn", T=7, D=24, H=40, E=4, dtype=torch.float32), {"gate", "up", "down"}, 1
+    else:  # the int8 table cast in the chain
+        g, bmms, router = _int8_experts(T=6, D=40, H=24, E=5), {"h"}, 1
+    inputs = fs.random_inputs(g, seed=3)
+    experts = g.node("w" if graph == "int8" else "w1").shape[0]
+    inputs[router] = torch.where(inputs[router] % 2 == 0, inputs[router] - experts, inputs[router])  # some negative
+    exact = fs.reference(g, inputs, float64=True)
+    replaced = reference_replacements(g)
+    assert set(replaced) == bmms
+    built = []
+    op = registry.REGISTRY["index"]
+
+    def spy(args, attrs):
+        out = op.torch_ref(args, attrs)
+        built.append(tuple(out.shape))
+        return out
+    monkeypatch.setitem(registry.REGISTRY, "index", dataclasses.replace(op, torch_ref=spy))
+    got = fs.reference(g, inputs, float64=True, replaced=replaced)
+    assert all(len(shape) < 4 for shape in built), built  # no [T, A, R, C] gathered weight
+    for out, ref in zip(got, exact, strict=True):
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    inputs[router][0, 0] = experts  # out of range: refused as eager's gather refuses it
+    with pytest.raises(IndexError):
+        fs.reference(g, inputs, float64=True, replaced=replaced)
+
+
+def test_a_replacement_that_skips_a_value_used_elsewhere_is_refused() -> None:
+    from fusionsearch.graph.reference import Replacement
+    from fusionsearch.kinds import reference_replacements
+
+    g = fs.workload("moe_ffn", T=3, D=24, H=40, E=4, dtype=torch.float32)
+    down = reference_replacements(g)["down"]
+    wrong = Replacement(down.reads, (*down.skips, "x_gate"), down.compute)
+    with pytest.raises(GraphError, match="skips 'x_gate'"):
+        fs.reference(g, fs.random_inputs(g), float64=True, replaced={"down": wrong})
 
 
 def test_legality_and_json() -> None:

@@ -12,7 +12,7 @@ from fusionsearch.datasets.workloads import WORKLOADS
 from fusionsearch.errors import MeasureError
 from fusionsearch.measure.judge import MeasureState
 
-reference_module = importlib.import_module("fusionsearch.graph.reference")
+validate_module = importlib.import_module("fusionsearch.measure.validate")
 
 
 def test_a_reference_that_does_not_fit_fails_once_with_its_largest_value_named(monkeypatch) -> None:
@@ -23,10 +23,10 @@ def test_a_reference_that_does_not_fit_fails_once_with_its_largest_value_named(m
         calls.append(1)
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 481.00 GiB")
 
-    monkeypatch.setattr(reference_module, "reference", out_of_memory)
+    monkeypatch.setattr(validate_module, "float64_reference", out_of_memory)
     state = MeasureState(g, fs.random_inputs(g))
     for _ in range(3):
-        with pytest.raises(MeasureError, match=r"does not fit .* 'w\d_picked' \[4, 2, 24, 16\]"):
+        with pytest.raises(MeasureError, match=r"does not fit .* 'gate' \[4, 1, 48\]"):
             state.refs()
     assert len(calls) == 1  # later plans are refused at once
 
@@ -37,7 +37,7 @@ def test_other_reference_errors_are_not_taken_for_memory(monkeypatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(reference_module, "reference", broken)
+    monkeypatch.setattr(validate_module, "float64_reference", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         MeasureState(g, fs.random_inputs(g)).refs()
 

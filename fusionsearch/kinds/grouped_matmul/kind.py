@@ -9,11 +9,13 @@ import math
 from collections.abc import Callable
 
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.reference import Replacement
 from fusionsearch.hardware import Hardware
 from fusionsearch.kinds.base import KernelCode, MatmulKind, ModuleContext
 from fusionsearch.kinds.counting import KernelEstimate, bandwidth_share, ctas_per_sm, leaf_bytes, pointwise_work
 from fusionsearch.kinds.grouped_matmul.configs import grouped_candidates
 from fusionsearch.kinds.grouped_matmul.kernel import GroupedConfig, GroupedKernel
+from fusionsearch.kinds.grouped_matmul.reference import expert_bmm_replacements
 from fusionsearch.kinds.grouped_matmul.routing import expert_routing
 from fusionsearch.kinds.grouped_matmul.source import blocks_bound, generate_grouped, routing, tile_shape
 from fusionsearch.kinds.matmul_template.kind import TEMPLATE
@@ -31,6 +33,10 @@ class GroupedKind(MatmulKind):
 
     def accepts(self, g: OpGraph, mm: str) -> bool:
         return expert_routing(g, mm) is not None
+
+    def reference_replacements(self, g: OpGraph) -> dict[str, Replacement]:
+        """Each expert bmm evaluated per expert, its gathered weights never built (reference.py)."""
+        return expert_bmm_replacements(g)
 
     def required_prologue(self, g: OpGraph, mm: str) -> dict[str, tuple[str, ...]]:
         """The expert-weight gather and what follows it: the grouped kernel reads each expert's weight itself."""
