@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 INPUT_BYTES_LIMIT = 1 << 30  # bytes of all inputs together, so that a GPU measures a graph quickly
+GATHERED_BYTES_LIMIT = 8 << 30  # an experts graph's gathered weights a matmul, as a plan that builds them writes
 MAX_MATMULS = 3
 FAMILIES = ("mixed", "experts", "decode")
 DECODE_WORKLOADS = ("w8_dequant_mm", "w4_dequant_mm", "mm_bias_gelu", "gather_mm")
@@ -94,8 +95,9 @@ def random_graph(seed: int, *, max_matmuls: int = MAX_MATMULS, dtypes: Sequence[
 
 def _experts_graph(rng: random.Random, dts: tuple[torch.dtype, ...], small: bool) -> OpGraph:
     """moe_ffn (gpt-fast's mixtral FFN: gathered expert weights, SiLU*up, routing-weighted sum of two experts)
-    at decode to short-prefill token counts, on real widths whose inputs stay under INPUT_BYTES_LIMIT and whose
-    float64 reference (it materialises every token's two gathered weights) under 2 GiB a matmul. Real widths
+    at decode (1-16) and prefill (64-512) token counts, on real widths whose inputs stay under INPUT_BYTES_LIMIT
+    and whose gathered weights, which a plan running the gather on its own writes, under GATHERED_BYTES_LIMIT a
+    matmul (the float64 reference runs each expert bmm per expert, graph.reference's replacement). Real widths
     are never float16: on N(0,1) inputs the output grows as D*sqrt(H) (SiLU(gate)*up ~ D, summed over H), past
     float16's 65504 at every width drawn, so each plan of such a graph is invalid (the collector measured 7 such
     graphs for nothing)."""
@@ -107,11 +109,11 @@ def _experts_graph(rng: random.Random, dts: tuple[torch.dtype, ...], small: bool
         if small:
             shape = {"T": rng.randint(1, 20), "D": rng.randint(8, 64), "H": rng.randint(8, 64), "E": rng.randint(1, 6)}
         else:
-            shape = {"T": rng.choice((1, 2, 4, 8, 16)), "D": rng.choice((1024, 2048, 4096)),
+            shape = {"T": rng.choice((1, 2, 4, 8, 16, 64, 128, 256, 512)), "D": rng.choice((1024, 2048, 4096)),
                      "H": rng.choice((1408, 2816, 5632)), "E": rng.choice((4, 8, 16))}
         weights = 3 * shape["E"] * shape["H"] * shape["D"] * dt.itemsize
-        gathered = 2 * shape["T"] * shape["H"] * shape["D"] * 8
-        if small or (weights <= INPUT_BYTES_LIMIT and gathered <= 2 << 30):
+        gathered = 2 * shape["T"] * shape["H"] * shape["D"] * dt.itemsize
+        if small or (weights <= INPUT_BYTES_LIMIT and gathered <= GATHERED_BYTES_LIMIT):
             return workload("moe_ffn", dtype=dt, **shape).validate()
 
 

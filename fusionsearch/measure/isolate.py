@@ -101,8 +101,9 @@ class _Worker:
 
 class CompilePool:
     """Worker processes warming Triton's cache for batches of plans, one plan per worker at a time; a plan
-    whose compile hangs past `timeout_s` or kills its worker gets that as its reason, and the worker is
-    replaced."""
+    whose compile hangs past `timeout_s`, kills its worker or loses its CUDA context (a kernel that faults
+    when it runs once) gets that as its reason, and the worker is replaced (a worker kept after a fault failed
+    every later plan it took: 531 of 2,505 rows of an H100 collection, 2026-12-06)."""
 
     def __init__(self, workers: int | None = None, device: str = "cuda", timeout_s: float = 300.0) -> None:
         self.workers = workers or max(1, min(8, (os.cpu_count() or 2) - 1))
@@ -129,10 +130,16 @@ class CompilePool:
             for conn in wait(list(busy), timeout=max(0.0, soonest - time.time())):
                 worker, index, _ = busy.pop(conn)  # type: ignore[call-overload]
                 try:
-                    out[index] = conn.recv()  # type: ignore[union-attr]
-                    self._idle.append(worker)
+                    out[index], lost = conn.recv()  # type: ignore[union-attr]
                 except (EOFError, OSError):
                     out[index] = f"compile worker died ({_exit_description(worker.stop(kill=True))})"
+                    continue
+                if lost:  # a kernel faulted: every later CUDA call of that worker would fail, so it goes
+                    out[index] = f"{out[index] or 'ran'}; the compile worker's CUDA context was lost ({lost}), " \
+                                 "the worker is replaced"
+                    worker.stop(kill=True)
+                else:
+                    self._idle.append(worker)
             for conn, (worker, index, deadline) in list(busy.items()):
                 if time.time() >= deadline:
                     del busy[conn]
@@ -352,7 +359,11 @@ def _child_main(argv: Sequence[str]) -> None:
             return
         if request is None:
             return
-        conn.send(_warm(request[0], request[1], device))
+        reason = _warm(request[0], request[1], device)
+        lost = _context_lost(device)  # after an illegal address this process can run nothing more
+        conn.send((reason, lost))
+        if lost:
+            return
 
 
 if __name__ == "__main__":

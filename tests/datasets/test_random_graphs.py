@@ -222,6 +222,18 @@ def test_the_experts_family_gives_mixture_of_experts_graphs_the_grouped_kind_acc
         random_graph(0, family="moe")
 
 
+def test_the_experts_family_draws_decode_and_prefill_token_counts_within_the_gathered_bound() -> None:
+    from fusionsearch.datasets.random_graphs import GATHERED_BYTES_LIMIT
+
+    tokens = set()
+    for seed in range(40):
+        g = random_graph(seed, family="experts")
+        t, h, d = g.node("x").shape[0], g.node("w1").shape[1], g.node("w1").shape[2]
+        assert 2 * t * h * d * g.node("w1").dtype.itemsize <= GATHERED_BYTES_LIMIT
+        tokens.add(t)
+    assert tokens & {1, 2, 4, 8, 16} and tokens & {64, 128, 256, 512}, tokens
+
+
 def test_the_decode_family_gives_decode_sized_quantised_matmuls_that_validate() -> None:
     """Every built-in decode workload is drawn (int4 nibbles among them, which the mixed family never draws),
     real graphs have 1-16 rows and fit the input budget, and small ones validate fully fused against float64."""

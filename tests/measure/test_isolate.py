@@ -198,3 +198,43 @@ def test_a_cuda_error_reason_names_the_cause_not_the_advice() -> None:
                         "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
     assert failure_reason(cuda) == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert failure_reason(ValueError("context\nthe cause")) == "ValueError: the cause"
+
+
+def test_a_compile_worker_whose_cuda_context_is_lost_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan whose kernel faults when the compile worker runs it once poisons that worker's CUDA context: the
+    pool names the loss in that plan's reason and starts a fresh worker, so later plans compile (a GPU's own
+    fault is benchmarks/fault_gpu.py's; here a stand-in worker answers as the real one does)."""
+    import threading
+    from multiprocessing.connection import Pipe
+
+    from fusionsearch.measure import isolate
+
+    started: list[object] = []
+
+    class FakeWorker:
+        def __init__(self, role: str, device: str, judge: str = "") -> None:
+            self.conn, theirs = Pipe()
+            started.append(self)
+
+            def serve() -> None:
+                while (request := theirs.recv()) is not None:
+                    faults = request[1] == "faulting plan"
+                    theirs.send(("failed: AcceleratorError: an illegal memory access" if faults else "",
+                                 "CUDA error: an illegal memory access" if faults else ""))
+                    if faults:
+                        return
+            threading.Thread(target=serve, daemon=True).start()
+
+        def stop(self, kill: bool) -> int:
+            return 0
+
+        def close(self) -> None:
+            self.conn.send(None)
+
+    monkeypatch.setattr(isolate, "_Worker", FakeWorker)
+    pool = isolate.CompilePool(workers=1, device="cuda")
+    reasons = pool.warm({}, ["good plan", "faulting plan", "good plan", "good plan"])
+    pool.close()
+    assert reasons[0] == "" and reasons[2:] == ["", ""], reasons
+    assert "illegal memory access" in reasons[1] and "context was lost" in reasons[1] and "replaced" in reasons[1]
+    assert len(started) == 2  # one replacement, after the fault only
