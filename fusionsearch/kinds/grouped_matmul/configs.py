@@ -31,8 +31,10 @@ def splits_for(r: ExpertRouting, k: int, block_m: int, block_n: int, block_k: in
     """The split-K that first gives at least 2 CTAs a multiprocessor (column blocks x expected blocks of the
     touched experts x splits), and twice it, each leaving every split at least two K blocks. A prefill block
     (64 pairs or more) is offered unsplit first: its CTAs are long and an expert's blocks share its weight tile
-    in L2, so the split's partials cost more than its wave balance gives (Mixtral T512's three bmms: unsplit
-    fastest on every config, the down bmm 388.7 us against 509.4 split in four, on an H100)."""
+    in L2, so the split's partials mostly cost more than its wave balance gives (Mixtral T512 on an H100: the
+    down bmm on m128 n256 k64 w8 s4 388.7 us unsplit against 509.4 split in four, unsplit faster on three of
+    the four configs timed both ways, not on m128 n128 k64 w4 s3, 416.0 against 402.5 split in two; the gate
+    bmm 359.8 unsplit against 435.3 and 547.3 split in two and four)."""
     touched = r.expected_experts()
     blocks = max(touched, r.pairs / block_m)
     ctas = math.ceil(r.cols / block_n) * blocks
