@@ -75,8 +75,8 @@ def _reference_too_large(g: OpGraph) -> str:
     from fusionsearch.kinds import reference_replacements
 
     skipped = {n for r in reference_replacements(g).values() for n in r.skips}
-    big = max((n for n in g if n.op != "input" and n.name not in skipped), key=lambda n: math.prod(n.shape))
-    gb = math.prod(big.shape) * 8 / 1e9
+    big = max((n for n in g if n.op != "input" and n.name not in skipped), key=lambda n: n.numel)
+    gb = big.numel * 8 / 1e9
     return (f"the float64 reference of this graph does not fit in this machine's memory (its largest value, "
             f"{big.name!r} {list(big.shape)}, is {gb:.1f} GB in float64), so no plan can be validated; "
             "search a smaller shape")

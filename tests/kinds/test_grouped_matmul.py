@@ -116,9 +116,10 @@ def test_the_reference_runs_expert_bmms_per_expert_never_building_the_gathered_w
     from fusionsearch.kinds import reference_replacements
 
     if graph == "moe_ffn":  # both layouts: gate/up by token, down by pair
-        g, bmms, router = fs.workload("moe_ffn", T=7, D=24, H=40, E=4, dtype=torch.float32), {"gate", "up", "down"}, 1
+        g, bmms = fs.workload("moe_ffn", T=7, D=24, H=40, E=4, dtype=torch.float32), {"gate", "up", "down"}
     else:  # the int8 table cast in the chain
-        g, bmms, router = _int8_experts(T=6, D=40, H=24, E=5), {"h"}, 1
+        g, bmms = _int8_experts(T=6, D=40, H=24, E=5), {"h"}
+    router = g.inputs.index("idx")
     inputs = fs.random_inputs(g, seed=3)
     experts = g.node("w" if graph == "int8" else "w1").shape[0]
     inputs[router] = torch.where(inputs[router] % 2 == 0, inputs[router] - experts, inputs[router])  # some negative

@@ -44,15 +44,11 @@ def _per_expert(r: ExpertRouting, unary: tuple[Node, ...], values: Sequence[torc
     rows = a[:, 0, :]
     if r.pairs_per_batch > 1:  # by token: pair t*A + a multiplies token t's row
         rows = rows.repeat_interleave(r.pairs_per_batch, dim=0)
-    out = None
+    out = rows.new_zeros((r.pairs, r.cols))  # a matmul's result has its operands' dtype
     for e in experts.unique().tolist():
         w = table[e]
         for node in unary:
             w = apply_op(node, [w], float64)
         pairs = (experts == e).nonzero().flatten()
-        part = rows[pairs] @ w.t()
-        if out is None:
-            out = part.new_zeros((r.pairs, r.cols))
-        out[pairs] = part
-    assert out is not None  # idx has at least one pair: T, A >= 1
+        out[pairs] = rows[pairs] @ w.t()
     return out.reshape(a.shape[0], 1, -1)  # by pair [T*A, 1, R]; by token [T, 1, A*R] (pairs t*A + a in order)
