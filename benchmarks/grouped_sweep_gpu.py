@@ -172,7 +172,9 @@ def main() -> None:
             row.update(timed(best_mix, g, inputs, refs, args.rep_ms, per_kernel=True))
             rows.append(row)
         others = {}
-        if best_mix is not None:  # SiLU*up once, standalone, instead of in every column block's A loads
+        # SiLU*up once, standalone, instead of in every column block's A loads (with --silu-standalone the mix
+        # above already is that plan)
+        if best_mix is not None and not args.silu_standalone:
             standalone = base_plan(g, a_prologues=False)
             mix = {k.matmul: k for k in best_mix.kernels if isinstance(k, FusedMatmulKernel)}
             kernels = tuple(type(mix[k.matmul])(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, mix[k.matmul].config)
