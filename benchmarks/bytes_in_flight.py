@@ -10,7 +10,7 @@ that pair (bytes in flight / bandwidth): what a load would take to make that ban
 bytes can give. A latency far above the GPU's loaded DRAM latency (~1 us) says the bytes in flight are not what
 bounds the kernel.
 
-    python benchmarks/bytes_in_flight.py        # output in benchmarks/results/cpu-2026-12-05d-bytes-in-flight/"""
+    python benchmarks/bytes_in_flight.py        # output in benchmarks/results/cpu-2026-12-06j-bytes-in-flight/"""
 
 from __future__ import annotations
 
@@ -35,20 +35,30 @@ from benchmarks.harness import md_table  # noqa: E402
 
 SMS, REGISTERS, SHARED, THREADS, CTAS = 132, 65536, 227 * 1024, 2048, 32  # H100 SXM, sm_90
 RESULTS = "benchmarks/results"
-# (case, workload, shape, the plan's matmul config, measured us, where it was measured)
+OUT = "cpu-2026-12-06j-bytes-in-flight"
+# (case, workload, shape, the searched plan's matmul config, its measured us, where it was measured): the
+# plans of the latest suite rows of the goals not met (H100, clean L2 flush, 5 interleaved rounds).
 KERNELS = [
-    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode fma n256 k16 sk16 w8 s4", 37.1,
-     "h100-2026-12-05b-suite-rows/cases-10-13"),
-    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "16x64x256 g8 sk2 w4 s3", 41.0,
-     "h100-2026-12-05b-suite-rows/cases-10-13"),
-    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "16x64x256 g8 sk2 w4 s3", 41.5,
-     "h100-2026-12-05b-decode-grouped/sweep"),
-    ("w4 M1", "w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128}, "decode dot_t n64 k128 sk4 w4 s3 pairs",
-     35.2, "h100-2026-12-05d-w4-pairs/suite"),
-    ("w4 M16", "w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128}, "decode dot_t n128 k128 sk8 w8 s3 pairs",
-     41.9, "h100-2026-12-05d-w4-pairs/suite"),
+    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.5,
+     "h100-2026-12-06h-words-suite"),
+    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.5,
+     "h100-2026-12-06h-words-suite"),
+    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 30.2,
+     "h100-2026-12-06h-words-suite"),
+    ("w4 M1", "w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128},
+     "decode fma_acc n256 k64 sk8 w4 s3 pairs words", 19.8, "h100-2026-12-06h-words-suite"),
+    ("w4 M16", "w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128},
+     "decode dot n128 k128 sk4 w4 s3 pairs words", 28.1, "h100-2026-12-06h-words-suite"),
+    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x64x256 g8 sk1 w4 s4", 17.6,
+     "h100-2026-12-06g-w4-words/1-prototype"),
 ]
-T512 = "h100-2026-12-05b-decode-grouped/grouped-T512/sweep.json"  # the fastest T512 plan, each kernel timed alone
+# Nsight Compute's DRAM read bandwidth of the same kernel (TB/s; the table it comes from, --clock-control none)
+NCU = {
+    "w8 M1": (2.30, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
+    "w8 M16": (2.15, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
+    "w4 M1": (1.31, "h100-2026-12-06g-w4-words/3-ncu-collect/table.txt"),
+    "w4 M16": (0.90, "h100-2026-12-06g-w4-words/3-ncu-collect/table.txt"),
+}
 
 
 def with_config(g: fs.OpGraph, label: str) -> Plan:
@@ -89,30 +99,25 @@ def figures(g: fs.OpGraph, plan: Plan, index: int, measured_us: float, floor_byt
 
 
 def main() -> None:
-    out = os.path.join(RESULTS, "cpu-2026-12-05d-bytes-in-flight")
+    out = os.path.join(RESULTS, OUT)
     os.makedirs(out, exist_ok=True)
     rows = []
     for case, name, shape, label, us, where in KERNELS:
         g = fs.workload(name, **shape)
         plan = with_config(g, label)
+        ncu = NCU.get(case)
         rows.append({"case": case, "config": label, "measured_in": where,
-                     **figures(g, plan, 0, us, least_bytes(g))})
-    sweep = json.load(open(os.path.join(RESULTS, T512)))["cases"][0]
-    best = sweep["others"]["fastest, SiLU*up standalone"]
-    g = fs.workload("moe_ffn", T=512, D=4096, H=14336, E=8)
-    plan = Plan.from_json(best["plan"], g)
-    touched = sweep["floor_bytes"] // 3  # each of the three bmms: a third of the layer's floor (its experts)
-    for i, k in enumerate(plan.kernels):
-        if isinstance(k, FusedMatmulKernel):
-            rows.append({"case": f"moe T512 {k.matmul}", "config": k.config.short(), "measured_in": T512,
-                         **figures(g, plan, i, best["kernels_us"][i], touched)})
+                     **figures(g, plan, 0, us, least_bytes(g)),
+                     "ncu_dram_read_tb_per_s": ncu[0] if ncu else None, "ncu_in": ncu[1] if ncu else None})
     with open(os.path.join(out, "bytes_in_flight.json"), "w") as f:
         json.dump(rows, f, indent=1)
     table = md_table(["case", "config", "CTAs", "regs", "smem KiB", "CTAs/SM", "tile B", "in flight/SM KiB",
-                      "in flight MiB", "us", "TB/s", "Little latency us"],
+                      "in flight MiB", "us", "TB/s", "ncu TB/s", "Little latency us"],
                      [[r["case"], r["config"], r["ctas"], r["registers"], f"{r['shared_kib']:.0f}", r["ctas_per_sm"],
                        r["tile_bytes"], f"{r['in_flight_per_sm_kib']:.0f}", f"{r['in_flight_mib']:.1f}",
-                       f"{r['measured_us']:.1f}", f"{r['tb_per_s']:.2f}", f"{r['little_latency_us']:.2f}"]
+                       f"{r['measured_us']:.1f}", f"{r['tb_per_s']:.2f}",
+                       f"{r['ncu_dram_read_tb_per_s']:.2f}" if r.get("ncu_dram_read_tb_per_s") else "",
+                       f"{r['little_latency_us']:.2f}"]
                       for r in rows])
     text = "\n".join(table)
     with open(os.path.join(out, "output.md"), "w") as f:
