@@ -51,7 +51,7 @@ class SimulatedGPU:
 
 def search(gpu: Any, finalists: int = 3) -> Any:
     opts = SearchOptions(trials=16, backend="gpu", sampler="random", cost_model="analytic", compile_workers=0,
-                         prune_margin=100.0, max_configs=8, finalists=finalists, seed=3, library=False)
+                         prune_margin=100.0, max_configs=8, finalists=finalists, seed=2, library=False)
     return run_study(G, opts, judge=gpu)
 
 

@@ -62,7 +62,7 @@ def main(out):
             torch.cuda.synchronize()
             err = rel_error(y.cpu(), ref)
             print(name, shape, v, "rel err", err, flush=True)
-            fns[v] = (lambda mod=mod: mod.run(*inputs))
+            fns[v] = (lambda mod=mod, inputs=inputs: mod.run(*inputs))
         times = time_interleaved(fns, rounds=7, warmup_ms=5, rep_ms=30)
         med = {v: sorted(ts)[len(ts) // 2] for v, ts in times.items()}
         row = {"case": name, "shape": shape, "config": label, "median_us": med, "rounds": times}
@@ -72,7 +72,8 @@ def main(out):
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print(f"{'case':34s} " + " ".join(f"{v:>15s}" for v in VARIANTS))
     for r in rows:
-        print(f"{r['case'] + ' M' + str(r['shape']['M']):34s} " + " ".join(f"{r['median_us'][v]:15.1f}" for v in VARIANTS))
+        label = r["case"] + " M" + str(r["shape"]["M"])
+        print(f"{label:34s} " + " ".join(f"{r['median_us'][v]:15.1f}" for v in VARIANTS))
 
 
 if __name__ == "__main__":

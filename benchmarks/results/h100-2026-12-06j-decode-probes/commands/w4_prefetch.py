@@ -262,7 +262,8 @@ def sass():
         loop = R.sass_figures(text)["loop_instructions"]
         regs = R._usage(k.asm["cubin"])[0]
         per = bn * bk // (32 * warps)
-        print(kern.__name__ if hasattr(kern, "__name__") else fn.fn.__name__, f"n{bn} k{bk} sk{split} w{warps} s{stages} pf{pf}: regs {regs} loop {loop} = {loop / per:.2f}/elt",
+        name = kern.__name__ if hasattr(kern, "__name__") else fn.fn.__name__
+        print(name, f"n{bn} k{bk} sk{split} w{warps} s{stages} pf{pf}: regs {regs} loop {loop} = {loop / per:.2f}/elt",
               R.loop_opcodes(text).most_common(10), flush=True)
 
 

@@ -187,7 +187,8 @@ def w4_tc(x_ptr, w_ptr, sh_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, sem_ptr,
     idx_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = idx_n < N
     if SPLIT == 1:
-        tl.store(y_ptr + idx_m[:, None] * N + idx_n[None, :], acc.to(tl.bfloat16), mask=mask_m[:, None] & mask_n[None, :])
+        tl.store(y_ptr + idx_m[:, None] * N + idx_n[None, :], acc.to(tl.bfloat16),
+                 mask=mask_m[:, None] & mask_n[None, :])
     else:
         ws_off = (pid_k * M + idx_m[:, None]) * N + idx_n[None, :]
         tl.store(ws_ptr + ws_off, acc, mask=mask_m[:, None] & mask_n[None, :])
