@@ -25,8 +25,6 @@ from fusionsearch import plan as P
 from fusionsearch.codegen.resources import plan_resources
 from fusionsearch.costmodel.analytic import least_bytes
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.kinds.grouped_matmul import GroupedKernel
-from fusionsearch.kinds.grouped_matmul.source import blocks_bound, routing
 from fusionsearch.plan import FusedMatmulKernel, Plan, TileConfig
 from fusionsearch.plan.matmul import problem
 
@@ -36,22 +34,19 @@ from benchmarks.harness import md_table  # noqa: E402
 SMS, REGISTERS, SHARED, THREADS, CTAS = 132, 65536, 227 * 1024, 2048, 32  # H100 SXM, sm_90
 RESULTS = "benchmarks/results"
 OUT = "cpu-2026-12-06j-bytes-in-flight"
-# (case, workload, shape, the searched plan's matmul config, its measured us, where it was measured): the
-# plans of the latest suite rows of the goals not met (H100, clean L2 flush, 5 interleaved rounds).
+# (case, workload, shape, the searched plan's matmul config, its measured us): the plans of the latest suite
+# rows of the goals not met (H100, clean L2 flush, 5 interleaved rounds).
 KERNELS = [
-    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.5,
-     "h100-2026-12-06h-words-suite"),
-    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.5,
-     "h100-2026-12-06h-words-suite"),
-    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 30.2,
-     "h100-2026-12-06h-words-suite"),
+    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 28.9),
+    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.6),
+    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 30.2),
     ("w4 M1", "w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128},
-     "decode fma_acc n256 k64 sk8 w4 s3 pairs words", 19.8, "h100-2026-12-06h-words-suite"),
+     "decode fma_acc n256 k64 sk8 w4 s3 pairs words", 19.3),
     ("w4 M16", "w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128},
-     "decode dot n128 k128 sk4 w4 s3 pairs words", 28.1, "h100-2026-12-06h-words-suite"),
-    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x64x256 g8 sk1 w4 s4", 17.6,
-     "h100-2026-12-06g-w4-words/1-prototype"),
+     "decode dot n128 k128 sk4 w4 s3 pairs words", 27.8),
+    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x64x128 g8 sk2 w4 s4", 17.2),
 ]
+MEASURED_IN = "h100-2026-12-06j-suite-rows"  # every time above: one suite run
 # Nsight Compute's DRAM read bandwidth of the same kernel (TB/s; the table it comes from, --clock-control none)
 NCU = {
     "w8 M1": (2.30, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
@@ -71,9 +66,10 @@ def with_config(g: fs.OpGraph, label: str) -> Plan:
     return base.with_config(TileConfig.from_short(label))
 
 
-def figures(g: fs.OpGraph, plan: Plan, index: int, measured_us: float, floor_bytes: int) -> dict[str, float]:
-    k = plan.kernels[index]
-    res = plan_resources(plan)[index]
+def figures(g: fs.OpGraph, plan: Plan, measured_us: float, floor_bytes: int) -> dict[str, float]:
+    """The figures of `plan`'s one kernel, a fused matmul."""
+    k = plan.kernels[0]
+    res = plan_resources(plan)[0]
     cfg = k.config
     p = problem(g, k.matmul)
     weight = g.node(g.node(k.prologue_b[0]).inputs[0]).dtype.itemsize if k.prologue_b else 2
@@ -83,12 +79,8 @@ def figures(g: fs.OpGraph, plan: Plan, index: int, measured_us: float, floor_byt
     held = min(REGISTERS // max(1, res.registers * threads), SHARED // max(1, res.shared_bytes),
                THREADS // threads, CTAS)
     split = max(1, min(cfg.split_k, math.ceil(p.k / cfg.block_k)))
-    if isinstance(k, GroupedKernel):  # (column blocks, K slices, blocks of pairs): the bound it launches
-        launched = math.ceil(routing(g, k.matmul).cols / cfg.block_n) * split * blocks_bound(routing(g, k.matmul),
-                                                                                             cfg.block_m)
-    else:
-        m_blocks = 1 if isinstance(k, DecodeKernel) else math.ceil(p.m / cfg.block_m)
-        launched = math.ceil(p.n / cfg.block_n) * split * p.batch * m_blocks
+    m_blocks = 1 if isinstance(k, DecodeKernel) else math.ceil(p.m / cfg.block_m)
+    launched = math.ceil(p.n / cfg.block_n) * split * p.batch * m_blocks
     steps = math.ceil(p.k / cfg.block_k / split)
     per_sm = held * max(1, min(cfg.num_stages - 1, steps)) * tile
     gpu = min(per_sm * SMS, launched * max(1, min(cfg.num_stages - 1, steps)) * tile)
@@ -102,12 +94,12 @@ def main() -> None:
     out = os.path.join(RESULTS, OUT)
     os.makedirs(out, exist_ok=True)
     rows = []
-    for case, name, shape, label, us, where in KERNELS:
+    for case, name, shape, label, us in KERNELS:
         g = fs.workload(name, **shape)
         plan = with_config(g, label)
         ncu = NCU.get(case)
-        rows.append({"case": case, "config": label, "measured_in": where,
-                     **figures(g, plan, 0, us, least_bytes(g)),
+        rows.append({"case": case, "config": label, "measured_in": MEASURED_IN,
+                     **figures(g, plan, us, least_bytes(g)),
                      "ncu_dram_read_tb_per_s": ncu[0] if ncu else None, "ncu_in": ncu[1] if ncu else None})
     with open(os.path.join(out, "bytes_in_flight.json"), "w") as f:
         json.dump(rows, f, indent=1)
