@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,15 +75,22 @@ def apply_op(node: Node, args: Sequence[torch.Tensor], float64: bool) -> torch.T
     return out.double() if float64 and out.dtype.is_floating_point else out
 
 
+def feeds_only(g: OpGraph, n: str, inside: Collection[str]) -> bool:
+    """Whether `n`'s value is used by nodes of `inside` alone: not an output, read by nothing else (what a
+    replacement may skip)."""
+    return n not in g.outputs and set(g.nx.successors(n)) <= set(inside)
+
+
 def _check_replacements(g: OpGraph, replaced: Mapping[str, Replacement]) -> None:
     for name, r in replaced.items():
         before = nx.ancestors(g.nx, name)
         for n in r.reads:
             if n not in before:
                 raise GraphError(f"the reference's replacement of {name!r} reads {n!r}, which does not precede it")
+        inside = {*r.skips, name}
         for n in r.skips:
-            others = set(g.nx.successors(n)) - set(r.skips) - {name}
-            if n not in before or n in g.outputs or others:
+            if n not in before or not feeds_only(g, n, inside):
+                others = set(g.nx.successors(n)) - inside
                 raise GraphError(f"the reference's replacement of {name!r} skips {n!r}, which feeds "
                                  f"{sorted(others) or 'the outputs'} too")
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from fusionsearch.graph.opgraph import Node, OpGraph
-from fusionsearch.graph.reference import Replacement, apply_op
+from fusionsearch.graph.reference import Replacement, apply_op, feeds_only
 from fusionsearch.kinds.grouped_matmul.routing import ExpertRouting, expert_routing
 from fusionsearch.plan.matmul import template_operands
 
@@ -24,7 +24,7 @@ def expert_bmm_replacements(g: OpGraph) -> dict[str, Replacement]:
         r = expert_routing(g, mm)
         if r is None:
             continue
-        if any(n in g.outputs or set(g.nx.successors(n)) - set(r.chain) - {mm} for n in r.chain):
+        if not all(feeds_only(g, n, {*r.chain, mm}) for n in r.chain):
             continue  # a chain value used elsewhere is built anyway; nothing to save
         table = g.node(r.gather).inputs[0]
         unary = tuple(g.node(n) for n in reversed(r.chain) if g.node(n).kind == "pointwise")
