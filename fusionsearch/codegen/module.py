@@ -28,6 +28,14 @@ except ImportError:  # older Triton
 
 EXTERNS = []
 
+if os.environ.get("TRITON_INTERPRET") == "1":
+    import warnings
+
+    # Triton's CPU interpreter computes every lane with NumPy, masked ones too (loaded as 0, never stored): a
+    # division there is 0 / 0, which NumPy warns of. torch does not warn of inf or NaN in real lanes either.
+    warnings.filterwarnings("ignore", r"(invalid value|divide by zero) encountered", RuntimeWarning,
+                            r"triton\\.runtime\\.interpreter")
+
 # The four bytes of each int32 word as the float32s 128 + byte (bytes <= 127): on a GPU a byte permute each
 # (PRMT puts the byte under 0x43, 128's exponent); Triton's CPU interpreter runs no inline assembly, so there
 # the same values by shifts and masks.
