@@ -26,7 +26,7 @@ from fusionsearch.search.options import SearchOptions, resolve_backend
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.samplers import make_sampler, sampler_name
 from fusionsearch.search.slots import Slots, open_study
-from fusionsearch.search.space import Space, enumerate_space, seed_plans
+from fusionsearch.search.space import Space, enumerate_space, kind_seed_plans, seed_plans
 from fusionsearch.search.storage import make_storage, redact
 
 log = logging.getLogger("fusionsearch.search")
@@ -100,7 +100,8 @@ def open_session(graph: OpGraph, options: SearchOptions, setup: Setup, url: str 
     name = options.study_name or f"fusionsearch-{graph.signature_hash()}-{setup.backend}"
     objective = Objective(graph, setup.space, options, setup.backend, setup.hw)
     sampler = sampler_name(options, objective)
-    first = [] if sampler == "ranked" else seed_plans(setup.space)  # ranked: its first trial is the model's best
+    # ranked: each other kind's known-good plan (what the model may not tell apart), then the model's order
+    first = kind_seed_plans(setup.space) if sampler == "ranked" else seed_plans(setup.space)
     identity = study_identity(graph, options.graph_name, setup.space, setup.backend, priced_by(objective.model),
                               setup.hw)
     _, slots = open_study(name, storage, make_sampler(sampler, options.seed, objective), setup.trials, first,

@@ -42,7 +42,7 @@ from fusionsearch.plan import (
 )
 
 __all__ = ["KNOWN_GOOD_LARGE_M", "KNOWN_GOOD_SMALL_M", "LIBRARY", "STANDALONE", "Group", "Space", "config_candidates",
-           "enumerate_space", "fusion_groups", "known_good", "random_plans", "seed_plans"]
+           "enumerate_space", "fusion_groups", "kind_seed_plans", "known_good", "random_plans", "seed_plans"]
 
 STANDALONE = "standalone"
 # The matmul kinds whose choices the space holds in its own fields (configs, library); every other registered
@@ -359,10 +359,19 @@ def seed_plans(space: Space) -> list[dict[str, str]]:
         seeds += [space.params_for(fused, configs), space.params_for({}, configs)]
     if space.library:
         seeds.append(space.params_for({}, library=True))
-    # Per other matmul kind (decode: M <= 16; grouped: mixture-of-experts bmms), the heuristic with every matmul
-    # that kind accepts on its first choice (its known-good config first).
+    seeds += kind_seed_plans(space)
+    return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]
+
+
+def kind_seed_plans(space: Space) -> list[dict[str, str]]:
+    """Per other matmul kind the space offers (decode: M <= 16; grouped: mixture-of-experts bmms), the
+    heuristic plan with every matmul that kind accepts on its first choice (its known-good config first). The
+    ranked sampler measures these too: a known-good config of a form the learned model's features cannot tell
+    apart (the decode kind's `rows`) would otherwise wait behind its twins."""
+    fused = fused_decisions(space.graph, prologue_bytes_ok)
+    seeds = []
     for kind in dict.fromkeys(name for i in range(len(space.matmuls)) for _, name in space._others(i)):
         other = {f"mm{i}.config": next(label for label, name in space._others(i) if name == kind)
                  for i in range(len(space.matmuls)) if any(name == kind for _, name in space._others(i))}
         seeds.append({**space.params_for(fused), **other})
-    return [dict(s) for s in {tuple(sorted(s.items())): s for s in seeds}.values()]
+    return seeds

@@ -22,7 +22,11 @@ from fusionsearch.kinds.decode_matmul.configs import decode_candidates, reads_wo
 from tests.kinds.test_decode_matmul import decode_plan
 
 WORDS = [DecodeConfig(64, 32, 1, 4, 2, "dot", True, True), DecodeConfig(64, 32, 3, 4, 3, "dot_t", True, True),
-         DecodeConfig(32, 16, 2, 4, 2, "fma", True, True), DecodeConfig(32, 32, 1, 4, 2, "fma_acc", True, True)]
+         DecodeConfig(32, 16, 2, 4, 2, "fma", True, True), DecodeConfig(32, 32, 1, 4, 2, "fma_acc", True, True),
+         # rows: the group scales and zeros read as whole rows, split into the byte positions in registers
+         DecodeConfig(64, 32, 1, 4, 2, "dot", True, True, True),
+         DecodeConfig(64, 32, 3, 4, 3, "dot_t", True, True, True),
+         DecodeConfig(32, 16, 2, 4, 2, "fma", True, True, True)]
 SHAPES = [{"M": 3, "K": 96, "N": 40, "G": 16},  # N not a whole number of blocks: the words' mask
           {"M": 1, "K": 192, "N": 24, "G": 64},
           {"M": 16, "K": 64, "N": 128, "G": 32}]
@@ -34,11 +38,11 @@ def _loop(source: str) -> str:
 
 # FMAs only up to 4 rows, as the decode kind offers them
 CASES = [(shape, cfg) for shape in SHAPES for cfg in WORDS if shape["M"] <= 4 or not cfg.on_cuda_cores]
+CASE_IDS = [f"{'-'.join(map(str, s.values()))}-{c.product}{'-rows' if c.rows else ''}" for s, c in CASES]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-@pytest.mark.parametrize(("shape", "cfg"), CASES, ids=[f"{'-'.join(map(str, s.values()))}-{c.product}"
-                                                        for s, c in CASES])
+@pytest.mark.parametrize(("shape", "cfg"), CASES, ids=CASE_IDS)
 def test_the_words_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg: DecodeConfig,
                                                       dtype: torch.dtype) -> None:
     g = fs.workload("w4_dequant_mm", dtype=dtype, **shape)
@@ -54,6 +58,8 @@ def test_the_words_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg:
     assert loop.count("_bytes_f32(") == 2  # each parity's four bytes from one permute call, no per-byte unpack
     assert ".to(tl.uint8)" not in loop
     assert all(f"accw{j}" in loop for j in range(4))
+    # rows: where a K block lies in one group (the scales and zeros one row a block), two whole rows a K step
+    assert loop.count("tl.split(tl.reshape(row") == (2 if cfg.rows and shape["G"] % cfg.block_k == 0 else 0)
 
 
 @pytest.mark.parametrize("amounts", [(0, 4), (3, 7), (9, 2), (8, 255)], ids=str)
@@ -98,6 +104,11 @@ def test_words_configs_are_checked_and_labelled() -> None:
     assert DecodeConfig.from_short(cfg.short()) == cfg
     with pytest.raises(PlanError, match="words is a form of pairs"):
         DecodeConfig(64, 32, 1, 4, 2, "fma", False, True)
+    rows = DecodeConfig(256, 64, 8, 4, 3, "dot", True, True, True)
+    assert rows.short() == "decode dot n256 k64 sk8 w4 s3 pairs words rows"
+    assert DecodeConfig.from_short(rows.short()) == rows
+    with pytest.raises(PlanError, match="rows is a form of words"):
+        DecodeConfig(64, 32, 1, 4, 2, "dot", True, False, True)
     with pytest.raises(PlanError, match="block_n must be at least 64"):
         DecodeConfig(32, 32, 1, 4, 2, "dot", True, True)  # a quarter of 32 columns: below a dot's 16
     g = fs.workload("w4_dequant_mm", dtype=torch.float16, M=1, K=64, N=42, G=32)  # N not a multiple of 4
@@ -110,6 +121,10 @@ def test_the_words_form_is_offered_where_its_bytes_are_and_leads_with_its_fmas()
     found = decode_candidates(w4, "y")
     assert reads_words(w4, "y") and found[0].words and found[0].product == "fma_acc"
     assert len({c.short() for c in found}) == len(found)
+    # at 16 rows the rows form's known-good config leads (the fastest int4 M16 kernel measured)
+    at16 = decode_candidates(fs.workload("w4_dequant_mm", dtype=torch.bfloat16, M=16, K=4096, N=11008, G=128), "y")
+    assert at16[0].short() == "decode dot n256 k64 sk8 w4 s3 pairs words rows"
+    assert all(c.words and c.product == "dot" for c in at16 if c.rows) and sum(c.rows for c in at16) > 1
     for name, shape in (("w4_dequant_mm", {"M": 1, "K": 256, "N": 42, "G": 32}),  # N % 4
                         ("w8_dequant_mm", {"M": 1, "K": 256, "N": 64})):  # int8, no nibble pairs
         g = fs.workload(name, dtype=torch.bfloat16, **shape)
@@ -145,7 +160,8 @@ def test_random_int4_graphs_through_random_words_configs_match_float64(data: st.
     n = 4 * data.draw(st.integers(1, 40))
     group = data.draw(st.sampled_from([gr for gr in (2, 8, 16, 32, 64) if k % gr == 0]))
     dtype = data.draw(st.sampled_from([torch.float32, torch.float16]))
-    cfg = DecodeConfig(block_n, block_k, split, 4, data.draw(st.sampled_from([1, 2, 3])), product, True, True)
+    cfg = DecodeConfig(block_n, block_k, split, 4, data.draw(st.sampled_from([1, 2, 3])), product, True, True,
+                       data.draw(st.booleans()))
     g = fs.workload("w4_dequant_mm", dtype=dtype, M=m, K=k, N=n, G=group)
     x, w, _, s, z = fs.random_inputs(g, seed=data.draw(st.integers(0, 99)))
     amounts = data.draw(st.sampled_from([(4, 0), (0, 4), (2, 6), (1, 9)]))

@@ -47,6 +47,11 @@ KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
     DecodeConfig(128, 128, 4, 4, 3, "dot_t", True),
     DecodeConfig(128, 128, 4, 8, 4, "dot_t", True),
 )
+# The words form with the group scales and zeros read as whole rows (`rows`): at 16 rows of the int4 GEMV
+# `dot n256 k64 sk8` 26.3 us, the fastest int4 M16 kernel measured (the same without rows 30.4, the best
+# without 28.0; h100-2026-12-06k-w4-joined-staged); slower on other configs (n128 k128 40.4): offered first,
+# and beside each words dot config of the grid, for the search to choose.
+KNOWN_GOOD_ROWS: tuple[DecodeConfig, ...] = (DecodeConfig(256, 64, 8, 4, 3, "dot", True, True, True),)
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
     "dot_t": ((64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
@@ -119,6 +124,11 @@ def _worded(configs: list[DecodeConfig]) -> list[DecodeConfig]:
     return out
 
 
+def _rowed(configs: list[DecodeConfig]) -> list[DecodeConfig]:
+    """Each words config, and beside each words dot config its `rows` form (measured faster only there)."""
+    return [x for c in configs for x in ((c, replace(c, rows=True)) if c.product == "dot" else (c,))]
+
+
 def _paired(configs: list[DecodeConfig], p: Problem) -> list[DecodeConfig]:
     """The pairs form of each config that can take it (K blocks shared evenly, half a K block enough for its
     product)."""
@@ -158,8 +168,9 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
         # `fma_acc n256 k64 sk8` 19.2 us against the pairs form's best 24.1; at 16 rows `dot n128 k128 sk4` 27.8
         # against 29.2); at 4 rows the pairs form's `dot_t n64 k128 sk4` stays best (29.1; words 30.2), next.
         fmas, dots = [c for c in words if c.on_cuda_cores], [c for c in words if not c.on_cuda_cores]
-        fixed = list(dict.fromkeys([*fmas, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
-        grid = [x for c in grid for x in (*(_worded(_paired([c], p)) if words else []), *_paired([c], p), c)]
+        rows = [c for c in KNOWN_GOOD_ROWS if words and pairs_fit(p, c.block_k, c.split_k)]
+        fixed = list(dict.fromkeys([*fmas, *rows, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
+        grid = [x for c in grid for x in (*(_rowed(_worded(_paired([c], p))) if words else []), *_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
     if len(rest) > room:

@@ -33,7 +33,12 @@ The pairs form in `words`: those bytes read as int32 words, four columns a word,
 the four byte positions and each product kept in an accumulator of its own (a quarter of the columns), joined
 after the K loop; the unpack then runs on whole words (TileEvaluator._words_nibble): the int4 GEMV's K loop
 from 8.16 to 4.85 SASS instructions a weight element (benchmarks/results/cpu-2026-12-06g-words-sass;
-timed in h100-2026-12-06g-w4-words)."""
+timed in h100-2026-12-06g-w4-words).
+The words form in `rows`: the other values read along the columns (a group's scales and zeros) loaded as whole
+contiguous rows and split into the four byte positions in registers (TileEvaluator._row_part), not as four
+loads of every fourth element, which the K loop waits on in line: the int4 GEMV at 16 rows `dot n256 k64 sk8`
+26.3 against 30.4 us, and the fastest int4 M16 kernel measured (0.94x the best without); slower on `n128 k128`
+(40.4 against 28.0; benchmarks/results/h100-2026-12-06k-w4-joined-staged)."""
 _MAX_BLOCK_N, _MAX_BLOCK_K, _MAX_SPLIT, _MAX_WARPS, _MAX_STAGES = 1024, 512, 64, 16, 8
 
 
@@ -51,19 +56,22 @@ class DecodeConfig:
     product: str = "dot"
     pairs: bool = False
     words: bool = False
+    rows: bool = False
 
     def __post_init__(self) -> None:
         if self.product not in PRODUCTS:
             raise PlanError(f"decode config product must be one of {', '.join(PRODUCTS)}, got {show(self.product)}")
-        for flag in ("pairs", "words"):
+        for flag in ("pairs", "words", "rows"):
             if not isinstance(getattr(self, flag), bool):
                 raise PlanError(f"decode config {flag} must be true or false, got {show(getattr(self, flag))}")
         if self.words and not self.pairs:
             raise PlanError("decode config words is a form of pairs: set pairs too")
+        if self.rows and not self.words:
+            raise PlanError("decode config rows is a form of words: set words (and pairs) too")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name not in ("product", "pairs", "words") and (isinstance(value, bool) or not isinstance(value, int)
-                                                       or value < 1):
+            if f.name not in ("product", "pairs", "words", "rows") and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise PlanError(f"decode config {f.name} must be a positive integer, got {show(value)}")
         for key in ("block_n", "block_k", "num_warps"):
             v = getattr(self, key)
@@ -109,17 +117,18 @@ class DecodeConfig:
 
     def short(self) -> str:
         return (f"decode {self.product} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
-                f"s{self.num_stages}{' pairs' if self.pairs else ''}{' words' if self.words else ''}")
+                f"s{self.num_stages}{' pairs' if self.pairs else ''}{' words' if self.words else ''}"
+                f"{' rows' if self.rows else ''}")
 
     @staticmethod
     def from_short(label: str) -> DecodeConfig:
         """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
-        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?( words)?", label)
+        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?( words)?( rows)?", label)
         if found is None:
             raise PlanError(f"{label!r} is not a decode config label (like 'decode dot n64 k256 sk8 w4 s3')")
-        product, *numbers, pairs, words = found.groups()
+        product, *numbers, pairs, words, rows = found.groups()
         bn, bk, sk, w, s = map(int, numbers)
-        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None)
+        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None, rows is not None)
 
 
 def pairs_fit(p: Problem, block_k: int, split_k: int) -> bool:

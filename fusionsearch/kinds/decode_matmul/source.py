@@ -174,7 +174,8 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     step = _KStep(loop, k.config, precision)
     load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes, tiles,
                   parities=parities, vector_loads=True, scales=scales,
-                  words=word_sources(g, k) if words else frozenset(), on_tile=step.on_tile if words else None)
+                  words=word_sources(g, k) if words else frozenset(), on_tile=step.on_tile if words else None,
+                  word_rows=k.config.rows)
     if not words:
         step.whole()
     src.splice(hoist)

@@ -242,7 +242,8 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
                   tiles: dict[str, TileLoads | None] | None = None, t_b: MatmulTile | None = None,
                   parities: dict[str, tuple[tuple[MatmulTile, str], ...]] | None = None,
                   vector_loads: bool = False, scales: tuple[ScaleAfterDot, ...] = (),
-                  words: frozenset[str] = frozenset(), on_tile: Callable[[str, str], None] | None = None) -> None:
+                  words: frozenset[str] = frozenset(), on_tile: Callable[[str, str], None] | None = None,
+                  word_rows: bool = False) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
@@ -252,7 +253,8 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
     suffix of their variables (`b_e`, `b_o`), evaluated by one evaluator, so a byte both read is loaded once.
     `vector_loads`: the evaluators load one-axis values 1-D (TileEvaluator). `scales`: a side whose factor
     constant along K the epilogue applies reads the factor's other operand instead. `words`: uint8 nodes B's
-    prologue reads as int32 words (its parity tiles are words tiles); that prologue computes in fp32.
+    prologue reads as int32 words (its parity tiles are words tiles); that prologue computes in fp32;
+    `word_rows`: its other loads along the words' columns read as whole rows (TileEvaluator).
     `on_tile(side, variable)`: called after each tile's variable is set (a caller's product of it there keeps
     fewer tiles live at once)."""
     ops = {**template_operands(g, k.matmul), **{s.side: s.operand for s in scales}}
@@ -260,7 +262,7 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
         by_words = words if side == "B" else frozenset()
         ev = TileEvaluator(g, set(nodes), buffers, loop, upcast or bool(by_words), hoist=hoist,
                            loop_tokens=("idx_k", "mask_k", "kb"), tiles=(tiles or {}).get(side),
-                           vector_loads=vector_loads, words=by_words)
+                           vector_loads=vector_loads, words=by_words, word_rows=word_rows and bool(by_words))
         for tile, suffix in (parities or {}).get(side) or ((t_b if side == "B" and t_b else t, ""),):
             v = ev.value(ops[side], operand_index(g, k.matmul, side, tile))
             var = side.lower() + suffix

@@ -101,16 +101,17 @@ class TileEvaluator:
     index spans one axis of the 2-D tile (a per-column scale at idx_n[:, None]) is made 1-D, then expanded
     (`_vector_index`). `words`: uint8 nodes read as int32 words where a tile's columns are one byte of each
     word (MatmulTile's `word`); a nibble unpacked from them and cast to a float is made word by word
-    (`_words_nibble`).
+    (`_words_nibble`). `word_rows`: other values loaded along such a tile's columns (group scales and zeros)
+    read as whole contiguous rows, split into the four byte positions in registers (`_row_part`).
     """
 
     def __init__(self, g: OpGraph, computed: set[str], buffers: Buffers, body: Source, upcast: bool,
                  hoist: Source | None = None, loop_tokens: tuple[str, ...] = (),
                  tiles: TileLoads | None = None, vector_loads: bool = False,
-                 words: frozenset[str] = frozenset()) -> None:
+                 words: frozenset[str] = frozenset(), word_rows: bool = False) -> None:
         self.g, self.computed, self.buffers, self.upcast = g, computed, buffers, upcast
         self.body, self.hoist, self.tiles, self.vector_loads = body, hoist, tiles, vector_loads
-        self.words = words
+        self.words, self.word_rows = words, word_rows
         self.memo: dict[tuple[str, tuple[str, ...]], Value] = {}
         self._variant = set(loop_tokens)
         self._descriptors: dict[str, str] = {}
@@ -175,11 +176,49 @@ class TileEvaluator:
                               self._is_variant(w.name))
         variant = self._is_variant(*(c.expr for c in index), mask_of(index))
         vector = _vector_index(index) if self.vector_loads else None
+        j = _word_column(index[-1]) if self.word_rows and vector else None
+        if j is not None and vector is not None:
+            return self._row_part(n, vector[0], j, vector[1], variant)
         load_index, expand = vector if vector else (index, "")
         mask = mask_of(load_index)
         args = f"{arg.ptr} + {offset(arg, load_index)}"
         expr = f"tl.load({args}, mask={mask}, other=0)" if mask else f"tl.load({args})"
         return self._emit("ld", expr + expand, node.dtype, node.dtype, variant)
+
+    def _row_part(self, n: str, index: tuple[Idx, ...], j: int, expand: str, variant: bool) -> Value:
+        """Byte position j's elements of node `n` along a words tile's columns (its 1-D `index` ends in
+        4 * idx_w + j): the row's BLOCK_N contiguous elements loaded once (vector loads, which Triton may also
+        stage through cp.async; four loads of every fourth element it can do neither) and split into the four
+        positions in registers, the row viewed as [BLOCK_N / 4, 2, 2] (element 4 w + 2 a + b) split on b, then
+        on a."""
+        key = (f"{n}#row", tuple(c.expr for c in index[:-1]))
+        if key not in self.memo:
+            arg = self.buffers.get(n)
+            sink = self.body if (variant or self.hoist is None) else self.hoist
+            if ("#row_index", ()) not in self.memo:
+                # the words tile's columns 4 * idx_w + (0 .. 3), idx_w = pid_n * BLOCK_N / 4 + (0 .. BLOCK_N / 4),
+                # written as an arange so the compiler sees them contiguous (vector loads); N is a multiple of 4
+                head = self.hoist if self.hoist is not None else self.body
+                cols, cols_mask = head.names.fresh("cols"), head.names.fresh("cols_mask")
+                head.line(f"{cols} = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+                head.line(f"{cols_mask} = {cols} < N")
+                self.memo[("#row_index", ())] = Value(f"{cols},{cols_mask}", torch.int32, torch.int32)
+            cols, cols_mask = self.memo[("#row_index", ())].name.split(",")
+            mask = cols_mask if index[-1].mask else None
+            rest = mask_of(index[:-1])
+            mask = " & ".join(m for m in (rest, mask) if m) or None
+            args = f"{arg.ptr} + {offset(arg, (*index[:-1], Idx(cols)))}"
+            row = sink.names.fresh("row")
+            sink.line(f"{row} = tl.load({args}, mask={mask}, other=0)" if mask else f"{row} = tl.load({args})")
+            half, parts = sink.names.fresh("row_h"), [sink.names.fresh("row_j") for _ in range(WORD_BYTES)]
+            sink.line(f"{half}0, {half}1 = tl.split(tl.reshape({row}, (BLOCK_N // 4, 2, 2)))")
+            sink.line(f"{parts[0]}, {parts[2]} = tl.split({half}0)")
+            sink.line(f"{parts[1]}, {parts[3]} = tl.split({half}1)")
+            if variant and self.hoist is not None:
+                self._variant.update([row, f"{half}0", f"{half}1", *parts])
+            self.memo[key] = Value(",".join(parts), self.g.node(n).dtype, self.g.node(n).dtype)
+        parts = self.memo[key].name.split(",")
+        return self._emit("ld", f"{parts[j]}{expand}", self.memo[key].dtype, self.memo[key].dtype, variant)
 
     def _word_load(self, n: str, index: tuple[Idx, ...]) -> Value:
         """The int32 words of uint8 node `n` (contiguous last dim, rows of whole words) under a words tile's
