@@ -190,25 +190,20 @@ class TileEvaluator:
         4 * idx_w + j): the row's BLOCK_N contiguous elements loaded once (vector loads, which Triton may also
         stage through cp.async; four loads of every fourth element it can do neither) and split into the four
         positions in registers, the row viewed as [BLOCK_N / 4, 2, 2] (element 4 w + 2 a + b) split on b, then
-        on a."""
+        on a. The columns 4 * idx_w + (0 .. 3) are written as an arange, so the compiler sees them contiguous
+        (idx_w = pid_n * BLOCK_N / 4 + (0 .. BLOCK_N / 4); N a multiple of 4)."""
         key = (f"{n}#row", tuple(c.expr for c in index[:-1]))
         if key not in self.memo:
-            arg = self.buffers.get(n)
-            sink = self.body if (variant or self.hoist is None) else self.hoist
+            head = self.hoist if self.hoist is not None else self.body
             if ("#row_index", ()) not in self.memo:
-                # the words tile's columns 4 * idx_w + (0 .. 3), idx_w = pid_n * BLOCK_N / 4 + (0 .. BLOCK_N / 4),
-                # written as an arange so the compiler sees them contiguous (vector loads); N is a multiple of 4
-                head = self.hoist if self.hoist is not None else self.body
-                cols, cols_mask = head.names.fresh("cols"), head.names.fresh("cols_mask")
+                cols = head.names.fresh("cols")
                 head.line(f"{cols} = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
-                head.line(f"{cols_mask} = {cols} < N")
-                self.memo[("#row_index", ())] = Value(f"{cols},{cols_mask}", torch.int32, torch.int32)
-            cols, cols_mask = self.memo[("#row_index", ())].name.split(",")
-            mask = cols_mask if index[-1].mask else None
-            rest = mask_of(index[:-1])
-            mask = " & ".join(m for m in (rest, mask) if m) or None
+                self.memo[("#row_index", ())] = Value(cols, torch.int32, torch.int32)
+            cols = self.memo[("#row_index", ())].name
+            mask = " & ".join(m for m in (mask_of(index[:-1]), f"{cols} < N" if index[-1].mask else None) if m)
+            sink = self.body if (variant or self.hoist is None) else self.hoist
+            arg, row = self.buffers.get(n), sink.names.fresh("row")
             args = f"{arg.ptr} + {offset(arg, (*index[:-1], Idx(cols)))}"
-            row = sink.names.fresh("row")
             sink.line(f"{row} = tl.load({args}, mask={mask}, other=0)" if mask else f"{row} = tl.load({args})")
             half, parts = sink.names.fresh("row_h"), [sink.names.fresh("row_j") for _ in range(WORD_BYTES)]
             sink.line(f"{half}0, {half}1 = tl.split(tl.reshape({row}, (BLOCK_N // 4, 2, 2)))")
