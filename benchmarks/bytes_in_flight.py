@@ -10,7 +10,7 @@ that pair (bytes in flight / bandwidth): what a load would take to make that ban
 bytes can give. A latency far above the GPU's loaded DRAM latency (~1 us) says the bytes in flight are not what
 bounds the kernel.
 
-    python benchmarks/bytes_in_flight.py        # output in benchmarks/results/cpu-2026-12-06j-bytes-in-flight/"""
+    python benchmarks/bytes_in_flight.py        # output in benchmarks/results/cpu-2026-12-06l-bytes-in-flight/"""
 
 from __future__ import annotations
 
@@ -33,26 +33,30 @@ from benchmarks.harness import md_table  # noqa: E402
 
 SMS, REGISTERS, SHARED, THREADS, CTAS = 132, 65536, 227 * 1024, 2048, 32  # H100 SXM, sm_90
 RESULTS = "benchmarks/results"
-OUT = "cpu-2026-12-06j-bytes-in-flight"
-# (case, workload, shape, the searched plan's matmul config, its measured us): the plans of the latest suite
-# rows of the goals not met (H100, clean L2 flush, 5 interleaved rounds).
+OUT = "cpu-2026-12-06l-bytes-in-flight"
+# (case, workload, shape, the searched plan's matmul config, its measured us, the suite run it comes from): the
+# plans of the latest suite rows of the goals not met (H100, clean L2 flush, 5 interleaved rounds).
 KERNELS = [
-    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 28.9),
-    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.6),
-    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 30.2),
+    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 28.9,
+     "h100-2026-12-06j-suite-rows"),
+    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.6,
+     "h100-2026-12-06j-suite-rows"),
+    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 30.2,
+     "h100-2026-12-06j-suite-rows"),
     ("w4 M1", "w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128},
-     "decode fma_acc n256 k64 sk8 w4 s3 pairs words", 19.3),
+     "decode fma_acc n256 k64 sk8 w4 s3 pairs words", 19.8, "h100-2026-12-06k-suite-rows"),
     ("w4 M16", "w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128},
-     "decode dot n128 k128 sk4 w4 s3 pairs words", 27.8),
-    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x64x128 g8 sk2 w4 s4", 17.2),
+     "decode dot n256 k64 sk8 w4 s3 pairs words rows", 27.2, "h100-2026-12-06k-suite-rows"),
+    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x32x128 g8 sk1 w2 s6", 16.4,
+     "h100-2026-12-06k-suite-rows"),
 ]
-MEASURED_IN = "h100-2026-12-06j-suite-rows"  # every time above: one suite run
-# Nsight Compute's DRAM read bandwidth of the same kernel (TB/s; the table it comes from, --clock-control none)
+# Nsight Compute's DRAM read bandwidth of the same kernel (TB/s; the table it comes from, --clock-control none):
+# by (case, config), as only the same kernel's figure applies
 NCU = {
-    "w8 M1": (2.30, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
-    "w8 M16": (2.15, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
-    "w4 M1": (1.31, "h100-2026-12-06g-w4-words/3-ncu-collect/table.txt"),
-    "w4 M16": (0.90, "h100-2026-12-06g-w4-words/3-ncu-collect/table.txt"),
+    ("w8 M1", "decode dot_t n128 k64 sk8 w4 s3"): (2.30, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
+    ("w8 M16", "decode dot_t n128 k64 sk8 w4 s3"): (2.15, "h100-2026-12-06e-ncu-decode-collect/ncu/table.md"),
+    ("w4 M1", "decode fma_acc n256 k64 sk8 w4 s3 pairs words"): (1.31,
+                                                                 "h100-2026-12-06g-w4-words/3-ncu-collect/table.txt"),
 }
 
 
@@ -94,11 +98,11 @@ def main() -> None:
     out = os.path.join(RESULTS, OUT)
     os.makedirs(out, exist_ok=True)
     rows = []
-    for case, name, shape, label, us in KERNELS:
+    for case, name, shape, label, us, measured_in in KERNELS:
         g = fs.workload(name, **shape)
         plan = with_config(g, label)
-        ncu = NCU.get(case)
-        rows.append({"case": case, "config": label, "measured_in": MEASURED_IN,
+        ncu = NCU.get((case, label))
+        rows.append({"case": case, "config": label, "measured_in": measured_in,
                      **figures(g, plan, us, least_bytes(g)),
                      "ncu_dram_read_tb_per_s": ncu[0] if ncu else None, "ncu_in": ncu[1] if ncu else None})
     with open(os.path.join(out, "bytes_in_flight.json"), "w") as f:
