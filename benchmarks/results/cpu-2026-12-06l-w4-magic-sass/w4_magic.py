@@ -107,7 +107,7 @@ def w4_magic(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, sem_ptr, M, N, K: tl.con
             if not _ASM:
                 a_e = a_e.to(tl.float32)
                 a_o = a_o.to(tl.float32)
-            if ABL >= 2:
+            if ABL % 4 >= 2:
                 e0, e1, e2, e3 = tl.inline_asm_elementwise(
                     "prmt.b32 $0, $4, $5, 0x5410; prmt.b32 $1, $4, $5, 0x7632; prmt.b32 $2, $4, $5, 0x7610; "
                     "prmt.b32 $3, $4, $5, 0x5432;", "=r,=r,=r,=r,r,r", [words], dtype=(tl.bfloat16,) * 4,
@@ -120,7 +120,7 @@ def w4_magic(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, sem_ptr, M, N, K: tl.con
             p1 = tl.dot(a_e, e1, tl.dot(a_o, o1, tl.zeros((BLOCK_M, BLOCK_N // 4), tl.float32)))
             p2 = tl.dot(a_e, e2, tl.dot(a_o, o2, tl.zeros((BLOCK_M, BLOCK_N // 4), tl.float32)))
             p3 = tl.dot(a_e, e3, tl.dot(a_o, o3, tl.zeros((BLOCK_M, BLOCK_N // 4), tl.float32)))
-        if ABL % 2 == 1:
+        if ABL % 2 == 1 or ABL == 6:
             acc0 += p0
             acc1 += p1
             acc2 += p2
@@ -150,6 +150,8 @@ def w4_magic(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, sem_ptr, M, N, K: tl.con
     off = rm[:, None] * N + cols[None, :]
     if SPLIT == 1:
         tl.store(y_ptr + off, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    elif ABL >= 4:
+        tl.store(ws_ptr + pid_k * M * N + off, acc, mask=mask)
     else:
         tl.store(ws_ptr + pid_k * M * N + off, acc, mask=mask)
         tl.debug_barrier()
@@ -296,6 +298,100 @@ def w4_magic_fma3(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, sem_ptr, M, N, K: t
             tl.atomic_xchg(sem_ptr + pid_n, 0, sem="relaxed", scope="gpu")
 
 
+@triton.jit
+def w4_read(w_ptr, out_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+            SPLIT: tl.constexpr, STAGES: tl.constexpr):
+    """A bare read of the packed weight on the GEMV's grid (words tiles through the same pipelined loop), its
+    xor kept so the loads stay."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    KT: tl.constexpr = K // BLOCK_K // SPLIT
+    kp = tl.arange(0, BLOCK_K // 2)
+    wi = pid_n * (BLOCK_N // 4) + tl.arange(0, BLOCK_N // 4)
+    x = tl.zeros((BLOCK_K // 2, BLOCK_N // 4), dtype=tl.int32)
+    for t in tl.range(KT, num_stages=STAGES):
+        kb = pid_k * KT + t
+        x ^= tl.load((w_ptr + (kb * (BLOCK_K // 2) + kp[:, None]) * N).to(tl.pointer_type(tl.int32)) + wi[None, :])
+    tl.store(out_ptr + pid_k * N + wi, tl.sum(x, axis=0).to(tl.float32))
+
+
+@triton.jit
+def w4_magic_g(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, sem_ptr, M, N, K: tl.constexpr, G: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+               STAGES: tl.constexpr, STRIDED: tl.constexpr):
+    """`magic` with the scale fix once a group: the group's G / BLOCK_K tiles (unrolled) dot into one P, then
+    s (P - 136 X) + z X. STRIDED: the scales and zeros loaded a byte position at a time (every fourth element)
+    instead of as rows split in registers."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    TPG: tl.constexpr = G // BLOCK_K
+    GROUPS: tl.constexpr = K // G // SPLIT
+    rm = tl.arange(0, BLOCK_M)
+    mask_m = rm < M
+    kp = tl.arange(0, BLOCK_K // 2)
+    wi = pid_n * (BLOCK_N // 4) + tl.arange(0, BLOCK_N // 4)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc0 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+    for gi in tl.range(GROUPS, num_stages=STAGES):
+        grp = pid_k * GROUPS + gi
+        p0 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+        p1 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+        p2 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+        p3 = tl.zeros((BLOCK_M, BLOCK_N // 4), dtype=tl.float32)
+        xs = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for sub in tl.static_range(TPG):
+            kb = grp * TPG + sub
+            a = tl.load(x_ptr + rm[:, None] * K + kb * BLOCK_K + tl.arange(0, BLOCK_K)[None, :],
+                        mask=mask_m[:, None], other=0.0)
+            xs += tl.sum(a.to(tl.float32), axis=1)
+            a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))
+            if not _ASM:
+                a_e = a_e.to(tl.float32)
+                a_o = a_o.to(tl.float32)
+            words = tl.load((w_ptr + (kb * (BLOCK_K // 2) + kp[:, None]) * N).to(tl.pointer_type(tl.int32))
+                            + wi[None, :])
+            e0, e1, e2, e3, _, _, _, _ = _magic_pairs((words >> 4) & 0x0F0F0F0F, False)
+            o0, o1, o2, o3, _, _, _, _ = _magic_pairs(words & 0x0F0F0F0F, False)
+            p0 = tl.dot(a_e, e0, tl.dot(a_o, o0, p0))
+            p1 = tl.dot(a_e, e1, tl.dot(a_o, o1, p1))
+            p2 = tl.dot(a_e, e2, tl.dot(a_o, o2, p2))
+            p3 = tl.dot(a_e, e3, tl.dot(a_o, o3, p3))
+        if STRIDED:
+            cj = pid_n * BLOCK_N + 4 * tl.arange(0, BLOCK_N // 4)
+            s0 = tl.load(s_ptr + grp * N + cj).to(tl.float32)
+            s1 = tl.load(s_ptr + grp * N + cj + 1).to(tl.float32)
+            s2 = tl.load(s_ptr + grp * N + cj + 2).to(tl.float32)
+            s3 = tl.load(s_ptr + grp * N + cj + 3).to(tl.float32)
+            z0 = tl.load(z_ptr + grp * N + cj).to(tl.float32)
+            z1 = tl.load(z_ptr + grp * N + cj + 1).to(tl.float32)
+            z2 = tl.load(z_ptr + grp * N + cj + 2).to(tl.float32)
+            z3 = tl.load(z_ptr + grp * N + cj + 3).to(tl.float32)
+        else:
+            s0, s1, s2, s3 = _row_j(s_ptr, grp * N, cols)
+            z0, z1, z2, z3 = _row_j(z_ptr, grp * N, cols)
+        x = xs[:, None]
+        acc0 += p0 * s0[None, :] + x * (z0 - 136.0 * s0)[None, :]
+        acc1 += p1 * s1[None, :] + x * (z1 - 136.0 * s1)[None, :]
+        acc2 += p2 * s2[None, :] + x * (z2 - 136.0 * s2)[None, :]
+        acc3 += p3 * s3[None, :] + x * (z3 - 136.0 * s3)[None, :]
+    acc = tl.reshape(tl.join(tl.join(acc0, acc2), tl.join(acc1, acc3)), (BLOCK_M, BLOCK_N))
+    mask = mask_m[:, None] & (cols < N)[None, :]
+    off = rm[:, None] * N + cols[None, :]
+    tl.store(ws_ptr + pid_k * M * N + off, acc, mask=mask)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(sem_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT - 1:
+        tl.debug_barrier()
+        tot = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for s in range(SPLIT):
+            tot += tl.load(ws_ptr + s * M * N + off, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(y_ptr + off, tot.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_xchg(sem_ptr + pid_n, 0, sem="relaxed", scope="gpu")
+
+
 def launcher(x, w, s, z, bn, bk, split, warps, stages, hi, abl=0):
     """hi: True / False for the dot kernel (padded to 16 rows), "fma" for the one-row CUDA-core kernel."""
     M, K = x.shape
@@ -307,7 +403,12 @@ def launcher(x, w, s, z, bn, bk, split, warps, stages, hi, abl=0):
     grid = (triton.cdiv(N, bn), split)
 
     def run():
-        if hi == "fma3":
+        if hi in ("g", "g-strided"):
+            w4_magic_g[grid](x, w, s, z, y, ws, sem, M, N, K, G, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split,
+                             STAGES=stages, STRIDED=hi == "g-strided", num_warps=warps)
+        elif hi == "read":
+            w4_read[grid](w, ws, N, K, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, STAGES=stages, num_warps=warps)
+        elif hi == "fma3":
             w4_magic_fma3[grid](x, w, s, z, y, ws, sem, M, N, K, G, BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split,
                                 STAGES=stages, num_warps=warps)
         elif hi == "fma":
@@ -425,6 +526,64 @@ def gpu(out: str) -> None:
         json.dump(result, f, indent=1)
 
 
+SECOND = {  # (form, abl): configs; call 2: the fix once a group, and what the loop costs without each part
+    ("magic", 0): [(256, 64, 8, 4, 3), (128, 128, 4, 4, 3)],
+    ("g", 0): [(256, 64, 8, 4, 3), (128, 64, 8, 4, 3), (256, 32, 16, 4, 3), (128, 128, 4, 4, 3), (256, 64, 4, 4, 3),
+               (256, 32, 8, 4, 3)],
+    ("g-strided", 0): [(256, 64, 8, 4, 3), (128, 128, 4, 4, 3), (256, 64, 4, 4, 3)],
+    ("magic", 3): [(256, 64, 8, 4, 3), (128, 128, 4, 4, 3)],
+    ("magic", 7): [(256, 64, 8, 4, 3), (128, 128, 4, 4, 3)],
+    ("magic", 4): [(256, 64, 8, 4, 3), (128, 128, 4, 4, 3)],
+    ("read", 0): [(256, 64, 8, 4, 3), (128, 128, 4, 4, 3), (256, 64, 4, 4, 3), (256, 128, 4, 4, 3)],
+}
+ABLATIONS = {0: "", 3: "ablation loads+dots only: ", 7: "ablation loads+dots, no split-K reduction: ",
+             4: "ablation no split-K reduction: "}
+
+
+def gpu2(out: str) -> None:
+    sys.path.insert(0, ".")
+    import fusionsearch as fs
+    from benchmarks.bytes_in_flight import with_config
+    from fusionsearch.codegen.module import generate_module
+    from fusionsearch.codegen.runtime import load_source
+    from fusionsearch.graph.tolerance import rel_error
+    from fusionsearch.measure.bench import time_interleaved
+    os.makedirs(out, exist_ok=True)
+    result = {"device": torch.cuda.get_device_name()}
+    for m in (16, 1):
+        (x, w, shifts, s, z), ref = inputs(m, "cuda")
+        fns, errs = {}, {}
+        g = fs.workload("w4_dequant_mm", M=m, K=4096, N=11008, G=128)
+        for label in GENERATED[m]:
+            gen = load_source(generate_module(with_config(g, label)).source)
+            y = gen.run(x, w, shifts, s, z)[0]
+            errs[label] = rel_error(y.double().cpu(), ref)
+            fns[label] = (lambda gen=gen, args=(x, w, shifts, s, z): gen.run(*args))
+        w_copy = torch.empty_like(w)
+        fns["copy of the packed weight (read + write 22.5 MB)"] = lambda w_copy=w_copy, w=w: w_copy.copy_(w)
+        errs["copy of the packed weight (read + write 22.5 MB)"] = float("nan")
+        for (form, abl), configs in SECOND.items():
+            for bn, bk, split, warps, stages in configs:
+                key = f"{ABLATIONS[abl]}{form} n{bn} k{bk} sk{split} w{warps} s{stages}"
+                try:
+                    hi = False if form == "magic" else form
+                    run = launcher(x, w, s, z, bn, bk, split, warps, stages, hi, abl)
+                    y = run()
+                    torch.cuda.synchronize()
+                    errs[key] = rel_error(y.double().cpu(), ref) if abl == 0 and form != "read" else float("nan")
+                    fns[key] = run
+                except Exception as e:  # noqa: BLE001
+                    print(key, "failed:", str(e)[:300], flush=True)
+        times = time_interleaved(fns, rounds=5, warmup_ms=5, rep_ms=25)
+        med = {k: sorted(v)[len(v) // 2] for k, v in times.items() if v}
+        result[f"M{m}"] = {"median_us": med, "rel_err": errs, "rounds": times}
+        print(f"M{m}:", flush=True)
+        for k in sorted(med, key=med.get):
+            print(f"  {k:60s} {med[k]:7.2f} us  rel err {errs[k]:.2e}", flush=True)
+        with open(os.path.join(out, "w4_magic2.json"), "w") as f:
+            json.dump(result, f, indent=1)
+
+
 def check_cpu() -> None:
     """Under TRITON_INTERPRET=1: the algebra (fp32 activations; small N) against float64."""
     from fusionsearch.datasets.workloads import WORKLOADS
@@ -437,7 +596,7 @@ def check_cpu() -> None:
         z = torch.randn(K // G, N, generator=g) * 0.01
         ref = WORKLOADS["w4_dequant_mm"].torch_fn(x.double(), w, torch.tensor([[4], [0]], dtype=torch.uint8),
                                                   s.double(), z.double())
-        for hi in (True, False, "fma", "fma3") if m == 1 else (True, False):
+        for hi in (True, False, "fma", "fma3", "g", "g-strided") if m == 1 else (True, False, "g", "g-strided"):
             for bn, bk, split in ((128, 64, 2), (256, 128, 4), (128, 32, 2)):
                 y = launcher(x, w, s, z, bn, bk, split, 4, 2, hi)()
                 err = ((y.double() - ref).norm() / ref.norm()).item()
@@ -450,5 +609,7 @@ if __name__ == "__main__":
         check_cpu()
     elif "--sass" in sys.argv:
         sass()
+    elif "--gpu2" in sys.argv:
+        gpu2(sys.argv[-1])
     elif "--gpu" in sys.argv:
         gpu(sys.argv[-1])
