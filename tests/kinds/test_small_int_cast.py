@@ -1,4 +1,4 @@
-"""A small non-negative integer cast to a float by its bits (triton_source.tile._small_int_bits): x & m, or a
+"""A small non-negative integer cast to a float by its bits (triton_source.magic.small_int_bits): x & m, or a
 uint8, OR'd onto the bits of MAGIC (128 in bf16, 1024 in fp16, 2**23 in fp32) less MAGIC, with an integer
 offset after it (the int4 unpack's - 8) folded into that one subtraction. It must give eager's values bit for
 bit over every input value, fall back to the plain conversion wherever the range or the offset is not one the

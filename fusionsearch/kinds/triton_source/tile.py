@@ -16,6 +16,7 @@ from fusionsearch.graph.ops_pointwise import promote
 from fusionsearch.graph.registry import InputInfo, get_op
 from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
+from fusionsearch.kinds.triton_source.magic import FOLD_MAGIC, MAGIC, nonnegative_bound, small_int_bits
 from fusionsearch.kinds.triton_source.tile_index import (
     WORD_BYTES,
     ZERO,
@@ -118,6 +119,7 @@ class TileEvaluator:
         self._magic: dict[str, tuple[Value, int, int]] = {}  # a small int cast by its bits: (MAGIC + q, MAGIC, bound)
         self._offset: dict[str, tuple[Value, int]] = {}  # (MAGIC + q) - shift in fp32: (the biased value, shift)
         self._scaled: dict[str, tuple[Value, int, Value]] = {}  # ((MAGIC + q) - shift) * s in fp32: (.., s)
+        self._word_bytes: dict[str, tuple[Value, int]] = {}  # a words byte's MAGIC + q: (its words, byte position)
 
     def seed(self, node: str, index: tuple[Idx, ...], value: Value) -> None:
         self.memo[(node, tuple(c.expr for c in index))] = value
@@ -294,7 +296,33 @@ class TileEvaluator:
         raw = self.memo[(f"{byte}#bytes", (words.name, str(j)))]
         out = self._emit("v", f"({raw.name} - 128.0)", torch.float32, node.dtype, self._is_variant(raw.name))
         self._magic[out.name] = (raw, 128, c)
+        self._word_bytes[raw.name] = (words, j)
         return out
+
+    def biased(self, v: Value, dtype: torch.dtype) -> tuple[str, int]:
+        """`v` as a `dtype` expression plus a bias: where `v` is a small integer cast by its bits, MAGIC + q
+        itself and its MAGIC, else `v` converted and 0. A dot of A with MAGIC + q is dot(A, q) + MAGIC sum(A):
+        what a caller that corrects for the sum (group_scales) reads, saving the subtraction a weight element.
+        In bf16, a words byte's 128 + q is made from the word's bits (`_bytes_bf16`: a byte permute and a mask
+        a pair of elements), not converted from its float32."""
+        if v.name not in self._magic:
+            return convert(v.name, v.dtype, dtype), 0
+        raw, magic, bound = self._magic[v.name]
+        if magic + bound > (256 if dtype == torch.bfloat16 else 2048 if dtype == torch.float16 else 1 << 24):
+            return convert(v.name, v.dtype, dtype), 0  # MAGIC + q not exact in `dtype`
+        if raw.name not in self._word_bytes or dtype != torch.bfloat16:
+            return convert(raw.name, raw.dtype, dtype), magic
+        words, j = self._word_bytes[raw.name]
+        key = ("#bytes_bf16", (words.name,))
+        if key not in self.memo:
+            variant = self._is_variant(words.name)
+            sink = self.body if (variant or self.hoist is None) else self.hoist
+            names = [sink.names.fresh("q16_") for _ in range(WORD_BYTES)]
+            sink.line(f"{', '.join(names)} = _bytes_bf16({words.name})")
+            if variant and self.hoist is not None:
+                self._variant.update(names)
+            self.memo[key] = Value(",".join(names), torch.bfloat16, torch.bfloat16)
+        return self.memo[key].name.split(",")[j], magic
 
     def _through_layout(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]]:
         """Node `n` followed back through the layout ops this region computes, with the index mapped along."""
@@ -356,10 +384,10 @@ class TileEvaluator:
         variant = any(self._is_variant(v.name) for v in operands)
         if node.op == "cast":
             (v,) = operands
-            bound = _nonnegative_bound(self.g, node.inputs[0])
-            biased = _small_int_bits(v.name, v.dtype, node.dtype, bound)
+            bound = nonnegative_bound(self.g, node.inputs[0])
+            biased = small_int_bits(v.name, v.dtype, node.dtype, bound)
             if biased:
-                magic = _MAGIC[node.dtype][1]
+                magic = MAGIC[node.dtype][1]
                 raw = self._emit("v", biased, node.dtype, node.dtype, variant)
                 expr = f"({raw.name} - tl.full((), {magic}, {tl_dtype(node.dtype)}))"
             else:
@@ -425,7 +453,7 @@ class TileEvaluator:
         if self.upcast and raw.dtype in LOW_PRECISION:
             expr, dtype = f"{expr}.to(tl.float32)", torch.float32
         out = self._emit("v", expr, dtype, node.dtype, variant)
-        if dtype == torch.float32 and magic <= _FOLD_MAGIC:
+        if dtype == torch.float32 and magic <= FOLD_MAGIC:
             self._offset[out.name] = (raw, shift)
         return out
 
@@ -433,7 +461,7 @@ class TileEvaluator:
         """`(MAGIC + q - shift) * s + z` in fp32 as one FMA, `(MAGIC + q) * s + (z - shift * s)`, where `s`
         and `z` span fewer elements than the weight (a group's scale and zero: computed once a column): one
         instruction fewer a weight element. Exact but for the rounding of z - shift * s, within 2^-24 of
-        (MAGIC + 16) |s| for MAGIC <= _FOLD_MAGIC, far below the weight's own bf16 or fp16 rounding (an infinite
+        (MAGIC + 16) |s| for MAGIC <= FOLD_MAGIC, far below the weight's own bf16 or fp16 rounding (an infinite
         s gives NaN where the unfolded form may give an infinity). Only the add is made here; the product that
         feeds it is recorded where it is made (`_pointwise`)."""
         if cdt != torch.float32 or len(operands) != 2 or node.attrs.get("alpha", 1) != 1:
@@ -454,44 +482,3 @@ class TileEvaluator:
         data = convert(v.name, v.dtype, self.g.node(n).dtype)
         tail = f", mask={mask}" if mask else ""
         self.body.line(f"tl.store({arg.ptr} + {offset(arg, index)}, {data}{tail})")
-
-
-_FOLD_MAGIC = 1024  # the largest MAGIC whose offset `_fold_scale` moves into the zero (fp16's)
-
-
-# Floats whose bits OR'd onto a small non-negative integer q give MAGIC + q exactly: (bits, MAGIC, the integer
-# dtype the bits are built in, the largest q).
-_MAGIC: dict[torch.dtype, tuple[int, int, torch.dtype, int]] = {
-    torch.bfloat16: (0x4300, 128, torch.int16, 127),
-    torch.float16: (0x6400, 1024, torch.int16, 1023),
-    torch.float32: (0x4B000000, 1 << 23, torch.int32, (1 << 23) - 1),
-}
-_INTEGER_BOUNDS = {torch.uint8: 255, torch.bool: 1}
-
-
-def _nonnegative_bound(g: OpGraph, n: str) -> int | None:
-    """The largest value of integer node `n` where it is known never negative (x & m with m >= 0, any uint8);
-    else None. Layout ops (a view of the nibbles) move values without changing them."""
-    node = g.node(n)
-    while node.kind == "layout":
-        node = g.node(node.inputs[0])
-    scalar = node.attrs.get("scalar")
-    if node.op == "bitwise_and" and len(node.inputs) == 1 and not isinstance(scalar, bool) and isinstance(
-            scalar, int) and 0 <= scalar:
-        return min(scalar, _INTEGER_BOUNDS.get(node.dtype, scalar))
-    return _INTEGER_BOUNDS.get(node.dtype)
-
-
-def _small_int_bits(expr: str, src: torch.dtype, dst: torch.dtype, bound: int | None) -> str | None:
-    """An integer q in [0, bound] as the `dst` float MAGIC + q, made by OR'ing its bits onto MAGIC's: less
-    MAGIC, it is q converted without an int-to-float instruction (a quarter-rate one on sm_90: one per int4
-    weight element). Exact, as the conversion is, for q within the mantissa's reach; None where q's range
-    is not known to be."""
-    if bound is None or dst not in _MAGIC or src.is_floating_point or src == torch.bool:
-        return None
-    bits, _, int_dtype, largest = _MAGIC[dst]
-    if bound > largest:
-        return None
-    it, ft = tl_dtype(int_dtype), tl_dtype(dst)
-    return f"({expr}.to({it}) | tl.full((), {bits}, {it})).to({ft}, bitcast=True)"
-
