@@ -24,6 +24,7 @@ from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.runtime import load_source
 from fusionsearch.costmodel.analytic import least_bytes, matmul_flops
 from fusionsearch.errors import failure_reason
+from fusionsearch.graph.spec import load_graph
 from fusionsearch.graph.tolerance import output_tolerances, rel_error
 from fusionsearch.measure.bench import measure_ceilings, time_interleaved
 
@@ -59,14 +60,17 @@ def probe_runs(path: str, inputs: list[torch.Tensor], specs: list[str]) -> dict[
 def main() -> None:
     ap = argparse.ArgumentParser()
     add_out(ap, "forms.json")
-    ap.add_argument("--case", required=True, help="workload:K=V,... (bf16)")
+    ap.add_argument("--case", required=True, help="workload:K=V,... (bf16), or a graph spec .json")
     ap.add_argument("--configs", required=True, help="';'-separated decode config labels")
     ap.add_argument("--probe", default="", help="a probe script with launcher() (the int4 GEMV's)")
     ap.add_argument("--probe-configs", default="", help="';'-separated 'form bn bk split warps stages'")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    name, shape = parse_case(args.case)
-    g = fs.workload(name, **shape)
+    if args.case.endswith(".json"):  # a graph spec file (a probe's variant of a workload)
+        name, shape, g = args.case, {}, load_graph(args.case)
+    else:
+        name, shape = parse_case(args.case)
+        g = fs.workload(name, **shape)
     inputs = fs.random_inputs(g, seed=0, device="cuda")
     if name == "w4_dequant_mm":  # the real int4 layout, high nibble first (the probe reads only that one)
         inputs[2] = torch.tensor([[4], [0]], dtype=torch.uint8, device="cuda")
