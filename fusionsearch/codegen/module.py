@@ -60,25 +60,6 @@ def _bytes_f32(words):
     return b0, b1, b2, b3
 
 
-# The same bytes as the bfloat16s 128 + byte: of two words at once, a byte permute and a mask-and-OR (LOP3) for
-# each byte position's pair (bf16 128 is 0x4300: the byte under its high byte).
-@triton.jit
-def _bytes_bf16(words):
-    if _PRMT:
-        b0, b1, b2, b3 = tl.inline_asm_elementwise(
-            "{ .reg .b32 t; "
-            "prmt.b32 t, $4, $5, 0x4400; lop3.b32 $0, t, 0x00FF00FF, 0x43004300, 0xEA; "
-            "prmt.b32 t, $4, $5, 0x5511; lop3.b32 $1, t, 0x00FF00FF, 0x43004300, 0xEA; "
-            "prmt.b32 t, $4, $5, 0x6622; lop3.b32 $2, t, 0x00FF00FF, 0x43004300, 0xEA; "
-            "prmt.b32 t, $4, $5, 0x7733; lop3.b32 $3, t, 0x00FF00FF, 0x43004300, 0xEA; }",
-            "=r,=r,=r,=r,r,r", [words], dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
-            pack=2)
-    else:
-        b0, b1, b2, b3 = (_low_byte_f32(words).to(tl.bfloat16), _low_byte_f32(words >> 8).to(tl.bfloat16),
-                          _low_byte_f32(words >> 16).to(tl.bfloat16), _low_byte_f32(words >> 24).to(tl.bfloat16))
-    return b0, b1, b2, b3
-
-
 def _alloc(shape, dtype, device, poison):
     if not poison:
         return torch.empty(shape, dtype=dtype, device=device)

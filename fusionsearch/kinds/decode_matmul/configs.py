@@ -14,7 +14,6 @@ import torch
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.kinds.decode_matmul.kernel import DECODE_MAX_M, DecodeConfig, pairs_fit
-from fusionsearch.kinds.triton_source.group_scales import find_group_scale
 from fusionsearch.kinds.triton_source.tile_index import WORD_BYTES
 from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
@@ -125,19 +124,9 @@ def _worded(configs: list[DecodeConfig]) -> list[DecodeConfig]:
     return out
 
 
-def _rowed(configs: list[DecodeConfig], groups: bool = False) -> list[DecodeConfig]:
-    """Each words config, and beside each words dot config its `rows` form (measured faster only there) and,
-    with `groups`, both in the groups form."""
-    forms = ((False, False), (True, False), (True, True), (False, True)) if groups else ((False, False), (True, False))
-    return [x for c in configs for x in ([replace(c, rows=r, groups=gr) for r, gr in forms] if c.product == "dot"
-                                         else [c])]
-
-
-def takes_groups(g: OpGraph, mm: str) -> bool:
-    """Whether the groups form can read `mm` once B's prologue is fused: B = (cast(q) - c) * s + z with A in
-    bf16 or fp16 (whether s and z are constant inside a K block is each config's check)."""
-    return g.node(template_operands(g, mm)["A"]).dtype in (torch.bfloat16, torch.float16) and \
-        find_group_scale(g, mm) is not None
+def _rowed(configs: list[DecodeConfig]) -> list[DecodeConfig]:
+    """Each words config, and beside each words dot config its `rows` form (measured faster only there)."""
+    return [x for c in configs for x in ((c, replace(c, rows=True)) if c.product == "dot" else (c,))]
 
 
 def _paired(configs: list[DecodeConfig], p: Problem) -> list[DecodeConfig]:
@@ -179,11 +168,9 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
         # `fma_acc n256 k64 sk8` 19.2 us against the pairs form's best 24.1; at 16 rows `dot n128 k128 sk4` 27.8
         # against 29.2); at 4 rows the pairs form's `dot_t n64 k128 sk4` stays best (29.1; words 30.2), next.
         fmas, dots = [c for c in words if c.on_cuda_cores], [c for c in words if not c.on_cuda_cores]
-        groups = bool(words) and takes_groups(g, mm)
-        rows = _rowed([c for c in KNOWN_GOOD_ROWS if words and pairs_fit(p, c.block_k, c.split_k)], groups)[1:3]
+        rows = [c for c in KNOWN_GOOD_ROWS if words and pairs_fit(p, c.block_k, c.split_k)]
         fixed = list(dict.fromkeys([*fmas, *rows, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
-        grid = [x for c in grid for x in (*(_rowed(_worded(_paired([c], p)), groups) if words else []),
-                                          *_paired([c], p), c)]
+        grid = [x for c in grid for x in (*(_rowed(_worded(_paired([c], p))) if words else []), *_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
     if len(rest) > room:

@@ -8,15 +8,12 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-import torch
-
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.graph.registry import dtype_name, show
-from fusionsearch.kinds.triton_source.group_scales import constant_in_k_tile, find_group_scale
-from fusionsearch.kinds.triton_source.matmul_tile import MatmulTile, k_slices, operand_index
+from fusionsearch.graph.registry import show
+from fusionsearch.kinds.triton_source.matmul_tile import k_slices
 from fusionsearch.plan.kernels import FusedMatmulKernel
-from fusionsearch.plan.matmul import Problem, problem, template_operands
+from fusionsearch.plan.matmul import Problem, problem
 
 DECODE_MAX_M = 16  # rows a decode matmul takes: one block of them, padded to 16 for a tensor-core dot
 PRODUCTS = ("dot", "dot_t", "fma", "fma_acc")
@@ -41,11 +38,7 @@ The words form in `rows`: the other values read along the columns (a group's sca
 contiguous rows and split into the four byte positions in registers (TileEvaluator._row_part), not as four
 loads of every fourth element, which the K loop waits on in line: the int4 GEMV at 16 rows `dot n256 k64 sk8`
 26.3 against 30.4 us, and the fastest int4 M16 kernel measured (0.94x the best without); slower on `n128 k128`
-(40.4 against 28.0; benchmarks/results/h100-2026-12-06k-w4-joined-staged).
-The words dot in `groups`: a weight dequantised by groups along K, (cast(q) - c) * S + Z, read by the dot as the
-integer's exact MAGIC + q and scaled after each K tile's dot (triton_source/group_scales.py): no dequant
-arithmetic a weight element. Needs A in bf16 or fp16 and each K block inside one group."""
-_FLAGS = ("pairs", "words", "rows", "groups")
+(40.4 against 28.0; benchmarks/results/h100-2026-12-06k-w4-joined-staged)."""
 _MAX_BLOCK_N, _MAX_BLOCK_K, _MAX_SPLIT, _MAX_WARPS, _MAX_STAGES = 1024, 512, 64, 16, 8
 
 
@@ -64,23 +57,20 @@ class DecodeConfig:
     pairs: bool = False
     words: bool = False
     rows: bool = False
-    groups: bool = False
 
     def __post_init__(self) -> None:
         if self.product not in PRODUCTS:
             raise PlanError(f"decode config product must be one of {', '.join(PRODUCTS)}, got {show(self.product)}")
-        for flag in _FLAGS:
+        for flag in ("pairs", "words", "rows"):
             if not isinstance(getattr(self, flag), bool):
                 raise PlanError(f"decode config {flag} must be true or false, got {show(getattr(self, flag))}")
         if self.words and not self.pairs:
             raise PlanError("decode config words is a form of pairs: set pairs too")
         if self.rows and not self.words:
             raise PlanError("decode config rows is a form of words: set words (and pairs) too")
-        if self.groups and not (self.words and self.product == "dot"):
-            raise PlanError("decode config groups is a form of the words dot: set product 'dot', pairs and words too")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name not in ("product", *_FLAGS) and (
+            if f.name not in ("product", "pairs", "words", "rows") and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise PlanError(f"decode config {f.name} must be a positive integer, got {show(value)}")
         for key in ("block_n", "block_k", "num_warps"):
@@ -128,34 +118,17 @@ class DecodeConfig:
     def short(self) -> str:
         return (f"decode {self.product} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
                 f"s{self.num_stages}{' pairs' if self.pairs else ''}{' words' if self.words else ''}"
-                f"{' rows' if self.rows else ''}{' groups' if self.groups else ''}")
+                f"{' rows' if self.rows else ''}")
 
     @staticmethod
     def from_short(label: str) -> DecodeConfig:
         """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
-        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?( words)?( rows)?( groups)?",
-                             label)
+        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?( words)?( rows)?", label)
         if found is None:
             raise PlanError(f"{label!r} is not a decode config label (like 'decode dot n64 k256 sk8 w4 s3')")
-        product, *numbers, pairs, words, rows, groups = found.groups()
+        product, *numbers, pairs, words, rows = found.groups()
         bn, bk, sk, w, s = map(int, numbers)
-        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None, rows is not None,
-                            groups is not None)
-
-
-def groups_refusal(g: OpGraph, mm: str, fused: set[str], c: DecodeConfig) -> str | None:
-    """Why the groups form cannot run `mm` with B's prologue `fused` (a phrase), or None where it can."""
-    a = g.node(template_operands(g, mm)["A"]).dtype
-    if a not in (torch.bfloat16, torch.float16):
-        return f"need A in bfloat16 or float16 (the dot must read the values it is corrected by), not {dtype_name(a)}"
-    gs = find_group_scale(g, mm, fused)
-    if gs is None:
-        return "need B's prologue to end in (cast(q) - c) * s + z, fused"
-    p = problem(g, mm)
-    tile = MatmulTile(p, 16, c.block_n, True, parity=0, block_k=c.block_k, word=0)
-    if not constant_in_k_tile(g, mm, gs, fused, operand_index(g, mm, "B", tile)):
-        return f"need the scale and zero constant inside each K block of {c.block_k} (a group a multiple of it)"
-    return None
+        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None, rows is not None)
 
 
 def pairs_fit(p: Problem, block_k: int, split_k: int) -> bool:
@@ -187,10 +160,6 @@ class DecodeKernel(FusedMatmulKernel):
                             f"({self.config.block_k}) that its splits ({self.config.split_k}) share evenly")
         if self.config.words and p.n % 4:
             raise PlanError(f"kernel {i}: the decode config's words need N ({p.n}) a multiple of 4")
-        if self.config.groups:
-            why = groups_refusal(g, self.matmul, set(self.prologue_b), self.config)
-            if why:
-                raise PlanError(f"kernel {i}: the decode config's groups {why}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> DecodeKernel:

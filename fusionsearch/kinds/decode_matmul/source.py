@@ -11,10 +11,8 @@ import torch
 
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.kinds.decode_matmul.kernel import DecodeConfig, DecodeKernel, groups_refusal
-from fusionsearch.kinds.triton_source.dtypes import Value, convert
+from fusionsearch.kinds.decode_matmul.kernel import DecodeConfig, DecodeKernel
 from fusionsearch.kinds.triton_source.emit import NameGen, Source
-from fusionsearch.kinds.triton_source.group_scales import GroupScale, factor_index, find_group_scale
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.kinds.triton_source.matmul_tile import (
     MatmulTile,
@@ -23,13 +21,12 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     finish_tile,
     k_slices,
     load_operands,
-    operand_index,
     serial_split_k,
     tile_header,
     tma_tile_loads,
 )
-from fusionsearch.kinds.triton_source.scale_after_dot import ScaleAfterDot, find_scales
-from fusionsearch.kinds.triton_source.tile import Buffers, TileEvaluator
+from fusionsearch.kinds.triton_source.scale_after_dot import find_scales
+from fusionsearch.kinds.triton_source.tile import Buffers
 from fusionsearch.kinds.triton_source.tile_index import WORD_BYTES
 from fusionsearch.plan.matmul import problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
@@ -117,70 +114,6 @@ class _KStep:
             self.loop.line(_PRODUCT[self.c.product].format(precision=self.precision, s=suffix, acc="acc", w=""))
 
 
-class _GroupKStep:
-    """The groups form's K step (group_scales.py): A's row sums X once a K tile; at each byte position j the two
-    parities' dots of the weight as MAGIC + q into a fresh fp32 P_j, then accw_j += P_j S_j + X (Z_j - (MAGIC + c)
-    S_j), S_j and Z_j the group's scale and zero along the byte position's columns."""
-
-    def __init__(self, loop: Source, g: OpGraph, k: DecodeKernel, gs: GroupScale, op_dtype: torch.dtype) -> None:
-        self.loop, self.g, self.k, self.gs, self.op_dtype = loop, g, k, gs, op_dtype
-        self.factors: dict[str, tuple[str, str | None]] = {}
-        self.bias: dict[str, int] = {}
-        self.x: str | None = None
-
-    def operand(self, side: str, var: str, ev: TileEvaluator, v: Value, tile: MatmulTile) -> str:
-        if side == "A":
-            return convert(v.name, v.dtype, self.op_dtype)
-        expr, bias = ev.biased(v, self.op_dtype)
-        j = var[-1]
-        if self.bias.setdefault(j, bias) != bias:
-            raise CodegenError(f"matmul {self.k.matmul!r}: the groups form's parities read the weight unlike")
-        if var.startswith("b_e"):
-            at = operand_index(self.g, self.k.matmul, "B", tile)
-            s, z = (None if f is None else ev.value(f, factor_index(self.g, self.k.matmul, self.gs, f, at))
-                    for f in (self.gs.scale, self.gs.zero))
-            assert s is not None
-            scale = convert(s.name, s.dtype, torch.float32)
-            if self.gs.factor != 1:
-                scale = self.loop.names.fresh("scale")
-                self.loop.line(f"{scale} = {convert(s.name, s.dtype, torch.float32)} * {self.gs.factor!r}")
-            self.factors[j] = (scale, None if z is None else convert(z.name, z.dtype, torch.float32))
-        return expr
-
-    def on_tile(self, side: str, var: str) -> None:
-        if side == "A":
-            self.loop.line("a_e, a_o = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))")
-            return
-        j, dot = var[-1], f"pdot{var[-1]}"
-        if var.startswith("b_e"):
-            self.loop.line(f"{dot} = tl.dot(a_e, {var})")
-            return
-        self.loop.line(f"{dot} = tl.dot(a_o, {var}, {dot})")
-        (s, z), shift = self.factors[j], float(self.bias[j] + self.gs.offset)
-        if not (z or shift):
-            self.loop.line(f"accw{j} += {dot} * {s}")
-            return
-        if self.x is None:  # A's row sums, once a K step
-            self.x = self.loop.names.fresh("a_sum")
-            self.loop.line(f"{self.x} = tl.sum(a.to(tl.float32), axis=1)[:, None]")
-        fix = f"{z} - {shift!r} * {s}" if z else f"{-shift!r} * {s}"
-        self.loop.line(f"accw{j} += {dot} * {s} + {self.x} * ({fix})")
-
-
-def _k_step(g: OpGraph, k: DecodeKernel, loop: Source, precision: str, op_dtype: torch.dtype,
-            scales: tuple[ScaleAfterDot, ...]) -> tuple[_KStep | _GroupKStep, GroupScale | None,
-                                                    tuple[ScaleAfterDot, ...]]:
-    """The K step's products, the groups form's reading of B where the config has it, and the factors left
-    for after the K loop (in groups, A's only: B's are the group's, applied a K tile)."""
-    if not k.config.groups:
-        return _KStep(loop, k.config, precision), None, scales
-    why = groups_refusal(g, k.matmul, set(k.prologue_b), k.config)
-    gs = find_group_scale(g, k.matmul, set(k.prologue_b))
-    if why or gs is None:
-        raise CodegenError(f"matmul {k.matmul!r}: the decode config's groups {why}")
-    return _GroupKStep(loop, g, k, gs, op_dtype), gs, tuple(s for s in scales if s.side == "A")
-
-
 def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o: CodegenOptions
                     ) -> list[GeneratedKernel]:
     """The Triton kernel of one decode matmul (split-K serial: one launch). Of the codegen options it follows
@@ -238,12 +171,11 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", transposed)} if tma else None
     scales = tuple(find_scales(g, k).values()) if o.scale_after_dot else ()
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
-    step, gs, scales = _k_step(g, k, loop, precision, op_dtype, scales)
+    step = _KStep(loop, k.config, precision)
     load_operands(g, k, t_load, loop, hoist, buffers, o.upcast_prologue, even_k, op_dtype, shapes, tiles,
                   parities=parities, vector_loads=True, scales=scales,
                   words=word_sources(g, k) if words else frozenset(), on_tile=step.on_tile if words else None,
-                  word_rows=k.config.rows, operands={"B": gs.operand} if gs else None,
-                  operand=step.operand if isinstance(step, _GroupKStep) else None)
+                  word_rows=k.config.rows)
     if not words:
         step.whole()
     src.splice(hoist)

@@ -243,8 +243,7 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
                   parities: dict[str, tuple[tuple[MatmulTile, str], ...]] | None = None,
                   vector_loads: bool = False, scales: tuple[ScaleAfterDot, ...] = (),
                   words: frozenset[str] = frozenset(), on_tile: Callable[[str, str], None] | None = None,
-                  word_rows: bool = False, operands: dict[str, str] | None = None,
-                  operand: Callable[[str, str, TileEvaluator, Value, MatmulTile], str] | None = None) -> None:
+                  word_rows: bool = False) -> None:
     """Inside the K loop: the A and B operand tiles as variables `a` and `b` of `op_dtype`, each through its
     prologue (values that do not change with K hoisted before the loop), broadcast to `shapes[side]` (a
     prologue through expand/unsqueeze may give a row or column that does not span the tile yet) and, where K
@@ -257,10 +256,8 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
     prologue reads as int32 words (its parity tiles are words tiles); that prologue computes in fp32;
     `word_rows`: its other loads along the words' columns read as whole rows (TileEvaluator).
     `on_tile(side, variable)`: called after each tile's variable is set (a caller's product of it there keeps
-    fewer tiles live at once). `operands`: a side's node read in place of the matmul's own operand (a caller
-    that applies what the node leaves out after the dot); `operand(side, variable, evaluator, value, tile)`:
-    the variable's expression from the evaluated value (default: the value converted to `op_dtype`)."""
-    ops = {**template_operands(g, k.matmul), **{s.side: s.operand for s in scales}, **(operands or {})}
+    fewer tiles live at once)."""
+    ops = {**template_operands(g, k.matmul), **{s.side: s.operand for s in scales}}
     for side, nodes in (("A", k.prologue_a), ("B", k.prologue_b)):
         by_words = words if side == "B" else frozenset()
         ev = TileEvaluator(g, set(nodes), buffers, loop, upcast or bool(by_words), hoist=hoist,
@@ -269,10 +266,10 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
         for tile, suffix in (parities or {}).get(side) or ((t_b if side == "B" and t_b else t, ""),):
             v = ev.value(ops[side], operand_index(g, k.matmul, side, tile))
             var = side.lower() + suffix
-            expr = operand(side, var, ev, v, tile) if operand else convert(v.name, v.dtype, op_dtype)
+            operand = convert(v.name, v.dtype, op_dtype)
             if nodes:
-                expr = f"tl.broadcast_to({expr}, {shapes[side]})"
-            loop.line(f"{var} = {expr}")
+                operand = f"tl.broadcast_to({operand}, {shapes[side]})"
+            loop.line(f"{var} = {operand}")
             if nodes and not even_k:
                 kmask = t.k_col.mask if side == "A" else t.k_row.mask
                 loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")

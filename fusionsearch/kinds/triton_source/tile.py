@@ -119,7 +119,6 @@ class TileEvaluator:
         self._magic: dict[str, tuple[Value, int, int]] = {}  # a small int cast by its bits: (MAGIC + q, MAGIC, bound)
         self._offset: dict[str, tuple[Value, int]] = {}  # (MAGIC + q) - shift in fp32: (the biased value, shift)
         self._scaled: dict[str, tuple[Value, int, Value]] = {}  # ((MAGIC + q) - shift) * s in fp32: (.., s)
-        self._word_bytes: dict[str, tuple[Value, int]] = {}  # a words byte's MAGIC + q: (its words, byte position)
 
     def seed(self, node: str, index: tuple[Idx, ...], value: Value) -> None:
         self.memo[(node, tuple(c.expr for c in index))] = value
@@ -296,33 +295,7 @@ class TileEvaluator:
         raw = self.memo[(f"{byte}#bytes", (words.name, str(j)))]
         out = self._emit("v", f"({raw.name} - 128.0)", torch.float32, node.dtype, self._is_variant(raw.name))
         self._magic[out.name] = (raw, 128, c)
-        self._word_bytes[raw.name] = (words, j)
         return out
-
-    def biased(self, v: Value, dtype: torch.dtype) -> tuple[str, int]:
-        """`v` as a `dtype` expression plus a bias: where `v` is a small integer cast by its bits, MAGIC + q
-        itself and its MAGIC, else `v` converted and 0. A dot of A with MAGIC + q is dot(A, q) + MAGIC sum(A):
-        what a caller that corrects for the sum (group_scales) reads, saving the subtraction a weight element.
-        In bf16, a words byte's 128 + q is made from the word's bits (`_bytes_bf16`: a byte permute and a mask
-        a pair of elements), not converted from its float32."""
-        if v.name not in self._magic:
-            return convert(v.name, v.dtype, dtype), 0
-        raw, magic, bound = self._magic[v.name]
-        if magic + bound > (256 if dtype == torch.bfloat16 else 2048 if dtype == torch.float16 else 1 << 24):
-            return convert(v.name, v.dtype, dtype), 0  # MAGIC + q not exact in `dtype`
-        if raw.name not in self._word_bytes or dtype != torch.bfloat16:
-            return convert(raw.name, raw.dtype, dtype), magic
-        words, j = self._word_bytes[raw.name]
-        key = ("#bytes_bf16", (words.name,))
-        if key not in self.memo:
-            variant = self._is_variant(words.name)
-            sink = self.body if (variant or self.hoist is None) else self.hoist
-            names = [sink.names.fresh("q16_") for _ in range(WORD_BYTES)]
-            sink.line(f"{', '.join(names)} = _bytes_bf16({words.name})")
-            if variant and self.hoist is not None:
-                self._variant.update(names)
-            self.memo[key] = Value(",".join(names), torch.bfloat16, torch.bfloat16)
-        return self.memo[key].name.split(",")[j], magic
 
     def _through_layout(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]]:
         """Node `n` followed back through the layout ops this region computes, with the index mapped along."""
