@@ -42,18 +42,20 @@ def parse_case(text: str) -> tuple[str, dict[str, int]]:
 
 def probe_runs(path: str, inputs: list[torch.Tensor], specs: list[str]) -> dict[str, Any]:
     """The probe's kernels, one per spec `form bn bk split warps stages` (form: the launcher's last argument,
-    `magic` for its dot form), as callables on the int4 workload's inputs (x, w, shifts, s, z)."""
+    `magic` for its dot form, `read` for a bare read of the weight on that grid: timed, never valid), as
+    callables on the int4 GEMV's inputs: (x, w, shifts, s, z), or (x, w, s, z) where the shifts are constants."""
     spec = importlib.util.spec_from_file_location("probe", path)
     assert spec and spec.loader
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    x, w, _, s, z = inputs
+    x, w, s, z = inputs if len(inputs) == 4 else (inputs[0], inputs[1], inputs[3], inputs[4])  # shifts: constant
     runs = {}
     for text in specs:
         form, *numbers = text.split()
         bn, bk, split, warps, stages = map(int, numbers)
         runs[f"probe {text}"] = probe.launcher(x, w, s, z, bn, bk, split, warps, stages,
-                                               {"magic": False, "magic-fma": "fma", "magic-fma3": "fma3"}[form])
+                                               {"magic": False, "magic-fma": "fma", "magic-fma3": "fma3",
+                                                "read": "read"}[form])
     return runs
 
 

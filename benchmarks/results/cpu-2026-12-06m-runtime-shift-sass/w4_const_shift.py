@@ -8,7 +8,8 @@ import torch
 sys.path.insert(0, ".")
 from fusionsearch.graph.opgraph import OpGraph  # noqa: E402
 
-K, N, G, M = 4096, 11008, 128, int(sys.argv[1])
+K, N, G = (int(v) for v in sys.argv[3:6]) if len(sys.argv) > 3 else (4096, 11008, 128)
+M = int(sys.argv[1])
 g = OpGraph()
 x, w = g.input("x", (M, K), torch.bfloat16), g.input("w", (K // 2, N), torch.uint8)
 s, z = g.input("scales", (K // G, N), torch.bfloat16), g.input("zeros", (K // G, N), torch.bfloat16)
