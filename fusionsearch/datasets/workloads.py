@@ -103,16 +103,19 @@ def _per_group(g: OpGraph, p: str, K: int, N: int, G: int) -> str:
 
 
 def _w4_dequant_mm(dt: torch.dtype, M: int, K: int, N: int, G: int) -> OpGraph:
+    """The int4 unpack as real code writes it: each byte's two nibbles by constant shifts, stacked into K's pairs
+    (a runtime tensor of shift amounts would cost the decode kernel 7.4 us at 16 rows on the H100: Triton then
+    sends every dequantised B tile through shared memory, benchmarks/results/h100-2026-12-06m-groups-form)."""
     if K % G or G % 2:
         raise GraphError(f"workload 'w4_dequant_mm': the group G={G} must be even and divide K={K}")
     g = OpGraph()
     x, w = g.input("x", (M, K), dt), g.input("w", (K // 2, N), torch.uint8)
-    shifts = g.input("shifts", (2, 1), torch.uint8)
     scales, zeros = g.input("scales", (K // G, N), dt), g.input("zeros", (K // G, N), dt)
-    pairs = g.add("unsqueeze", [w], name="w_pairs", dim=1)
-    shifted = g.add("bitwise_right_shift", [pairs, shifts], name="w_shifted")
-    nibbles = g.add("bitwise_and", [shifted], name="w_nibbles", scalar=15)
-    q = g.add("view", [nibbles], name="w_int4", shape=[K, N])
+    high = g.add("bitwise_and", [g.add("bitwise_right_shift", [w], name="w_shifted", scalar=4)], name="w_high",
+                 scalar=15)
+    low = g.add("bitwise_and", [w], name="w_low", scalar=15)
+    pairs = g.add("stack", [high, low], name="w_pairs", dim=1)  # k = 2 * row + (0: high nibble, 1: low)
+    q = g.add("view", [pairs], name="w_int4", shape=[K, N])
     qf = g.add("cast", [q], name="w_float", dtype=dtype_name(dt))
     centered = g.add("sub", [qf], name="w_centered", scalar=8)
     scaled = g.add("mul", [centered, _per_group(g, scales, K, N, G)], name="w_scaled")
@@ -121,10 +124,9 @@ def _w4_dequant_mm(dt: torch.dtype, M: int, K: int, N: int, G: int) -> OpGraph:
     return g
 
 
-def _w4_dequant_mm_torch(x: torch.Tensor, w: torch.Tensor, shifts: torch.Tensor, scales: torch.Tensor,
-                         zeros: torch.Tensor) -> torch.Tensor:
+def _w4_dequant_mm_torch(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> torch.Tensor:
     (K2, N), G = w.shape, x.shape[1] // scales.shape[0]
-    q = ((w.unsqueeze(1) >> shifts) & 15).reshape(2 * K2, N)
+    q = torch.stack([(w >> 4) & 15, w & 15], dim=1).reshape(2 * K2, N)
     s = scales.unsqueeze(1).expand(-1, G, -1).reshape(2 * K2, N)
     z = zeros.unsqueeze(1).expand(-1, G, -1).reshape(2 * K2, N)
     return x @ ((q.to(x.dtype) - 8) * s + z)
@@ -191,7 +193,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("cast_mm", "x_fp32.to(dtype) @ w", _cast_mm, _cast_mm_torch, {"M": 4096, "K": 4096, "N": 4096}),
     Workload("scale_mm", "(x * g[K]) @ w", _scale_mm, _scale_mm_torch, {"M": 4096, "K": 4096, "N": 4096}),
     Workload("swiglu", "(silu(x @ w1) * (x @ w3)) @ w2", _swiglu, _swiglu_torch, {"M": 16, "D": 4096, "H": 11008}),
-    Workload("w4_dequant_mm", "x @ (((w_uint8[K/2,N] >> [4,0]) & 15 - 8) * s[K/G,N] + z[K/G,N]), int4 in nibbles",
+    Workload("w4_dequant_mm", "x @ ((stack(w >> 4 & 15, w & 15) - 8) * s[K/G,N] + z[K/G,N]), w [K/2,N] uint8 nibbles",
              _w4_dequant_mm, _w4_dequant_mm_torch, {"M": 16, "K": 4096, "N": 11008, "G": 128}),
     Workload("moe_ffn", "Mixtral MoE FFN, top-2: sum_a rw[t,a] * w2[idx] @ (silu(w1[idx] @ x) * (w3[idx] @ x))",
              _moe_ffn, _moe_ffn_torch, {"T": 16, "D": 4096, "H": 14336, "E": 8}),

@@ -456,6 +456,8 @@ class _Builder:
             return self._add(node, "unsqueeze", ins[:1], dim=_dims([args[1]], rank + 1)[0])
         if op == "slice" and overload == "Tensor" and rank:
             return self._slice(node, ins[0], rank)
+        if op == "stack":
+            return self._stack(node)
         if op == "index" and overload == "Tensor" and len(args[1]) == 1 and isinstance(args[1][0], fx.Node):
             return self._add(node, "index", [ins[0], self._tensor(args[1][0])])
         if op == "index_select" and _dims([args[1]], rank) == [0]:
@@ -463,6 +465,21 @@ class _Builder:
         if op == "embedding":
             return self._add(node, "embedding", ins[:2])
         return None
+
+    def _stack(self, node: fx.Node) -> str | None:
+        """aten.stack of tensors of one shape and dtype (an int4 weight's nibbles, each by a constant shift)
+        as the layout op; anything else stays PyTorch's."""
+        args, kw = _args(node)
+        parts = args[0] if args else kw.get("tensors")
+        if not isinstance(parts, list | tuple) or not 1 <= len(parts) <= 16 or \
+                not all(isinstance(p, fx.Node) for p in parts):
+            return None
+        names = [self._tensor(p) for p in parts]
+        infos = [self.g.node(n) for n in names]
+        if any(i.shape != infos[0].shape or i.dtype != infos[0].dtype for i in infos):
+            return None
+        dim = args[1] if len(args) > 1 else kw.get("dim", 0)
+        return self._add(node, "stack", names, dim=_dims([dim], len(infos[0].shape) + 1)[0])
 
     def _slice(self, node: fx.Node, src: str | None, rank: int) -> str | None:
         """aten.slice (x[a:b], x.narrow) as a layout index map, its bounds clipped as torch clips them."""

@@ -245,7 +245,7 @@ def test_the_decode_family_gives_decode_sized_quantised_matmuls_that_validate() 
 
     def which(g: OpGraph) -> str:
         names = set(g.inputs)
-        return ("w4_dequant_mm" if "shifts" in names else "gather_mm" if "idx" in names
+        return ("w4_dequant_mm" if "scales" in names else "gather_mm" if "idx" in names
                 else "w8_dequant_mm" if g.node("w").dtype == torch.int8 else "mm_bias_gelu")
 
     seen = set()

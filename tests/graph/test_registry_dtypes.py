@@ -270,6 +270,9 @@ LAYOUT: list[tuple[str, dict[str, Any], Callable[[torch.Tensor], torch.Tensor], 
     ("slice", {"dim": -1, "start": 0, "end": 4, "step": 3}, lambda t: t[..., 0:4:3], None),
     ("slice", {"dim": 0, "start": 1, "end": 5}, lambda t: t.narrow(0, 1, 4), r"0 <= start <= end <= 2"),
     ("slice", {"dim": 2, "start": 3, "end": 1}, lambda t: t.narrow(2, 3, -2), r"0 <= start <= end <= 4"),
+    ("stack", {"dim": 1}, lambda t: torch.stack([t], 1), None),  # of one input here; of several: test_stack.py
+    ("stack", {"dim": -1}, lambda t: torch.stack([t], -1), None),
+    ("stack", {"dim": 5}, lambda t: torch.stack([t], 5), r"dim 5 is out of range for rank 4"),
 ]
 
 

@@ -16,6 +16,7 @@ from fusionsearch import plan as P
 from fusionsearch.codegen import resources as R
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import PlanError
+from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.tolerance import output_tolerances, rel_error
 from fusionsearch.kinds.decode_matmul import DecodeConfig
 from fusionsearch.kinds.decode_matmul.configs import decode_candidates, reads_words
@@ -30,6 +31,29 @@ WORDS = [DecodeConfig(64, 32, 1, 4, 2, "dot", True, True), DecodeConfig(64, 32, 
 SHAPES = [{"M": 3, "K": 96, "N": 40, "G": 16},  # N not a whole number of blocks: the words' mask
           {"M": 1, "K": 192, "N": 24, "G": 64},
           {"M": 16, "K": 64, "N": 128, "G": 32}]
+
+
+def runtime_shift_graph(dtype: torch.dtype, M: int, K: int, N: int, G: int) -> OpGraph:
+    """The int4 GEMV with its two nibbles' shift amounts an input tensor [2, 1] (w4_dequant_mm before
+    2026-12-06 m): the words form's runtime-amount path, any amount a byte's shift can take."""
+    g = OpGraph()
+    x, w = g.input("x", (M, K), dtype), g.input("w", (K // 2, N), torch.uint8)
+    shifts = g.input("shifts", (2, 1), torch.uint8)
+    pairs = g.add("unsqueeze", [w], name="w_pairs", dim=1)
+    nibbles = g.add("bitwise_and", [g.add("bitwise_right_shift", [pairs, shifts], name="w_shifted")],
+                    name="w_nibbles", scalar=15)
+    q = g.add("cast", [g.add("view", [nibbles], name="w_int4", shape=[K, N])], name="w_float",
+              dtype=str(dtype).removeprefix("torch."))
+
+    def per_group(name: str) -> str:
+        p = g.input(name, (K // G, N), dtype)
+        rows = g.add("expand", [g.add("unsqueeze", [p], name=f"{name}_rows", dim=1)], name=f"{name}_groups",
+                     shape=[K // G, G, N])
+        return g.add("view", [rows], name=f"{name}_k", shape=[K, N])
+
+    scaled = g.add("mul", [g.add("sub", [q], name="w_centered", scalar=8), per_group("scales")], name="w_scaled")
+    g.set_outputs([g.add("mm", [x, g.add("add", [scaled, per_group("zeros")], name="w_dequant")], name="y")])
+    return g.validate()
 
 
 def _loop(source: str) -> str:
@@ -65,8 +89,8 @@ def test_the_words_form_unpacks_int4_as_float64_does(shape: dict[str, int], cfg:
 @pytest.mark.parametrize("amounts", [(0, 4), (3, 7), (9, 2), (8, 255)], ids=str)
 def test_shift_amounts_outside_a_byte_give_torchs_zero(amounts: tuple[int, int]) -> None:
     """The word's shift brings the next byte's bits in; the per-byte mask keeps them out, and an amount of 8
-    or more leaves 0, as torch's uint8 >> does (the workload's own amounts are 4 and 0)."""
-    g = fs.workload("w4_dequant_mm", dtype=torch.float32, M=2, K=64, N=48, G=32)
+    or more leaves 0, as torch's uint8 >> does (real int4 code's amounts are 4 and 0)."""
+    g = runtime_shift_graph(torch.float32, M=2, K=64, N=48, G=32)
     x, w, _, s, z = fs.random_inputs(g, seed=11)
     shifts = torch.tensor(amounts, dtype=torch.uint8).reshape(2, 1)
     (ref,) = fs.reference(g, [x, w, shifts, s, z], float64=True)
@@ -90,12 +114,12 @@ def test_a_words_config_on_a_weight_not_of_bytes_reads_it_as_any_other() -> None
 
 def test_a_weight_not_4_byte_aligned_is_refused_in_one_line() -> None:
     g = fs.workload("w4_dequant_mm", dtype=torch.float32, M=1, K=64, N=32, G=32)
-    x, w, shifts, s, z = fs.random_inputs(g, seed=1)
+    x, w, s, z = fs.random_inputs(g, seed=1)
     run = fs.compile_plan(decode_plan(P.fully_fused(g), WORDS[3]))
     shifted = torch.empty(w.numel() + 1, dtype=torch.uint8)[1:].view(w.shape)
     shifted.copy_(w)
     with pytest.raises(ValueError, match="reads input 1 as 4-byte words: it must be 4-byte aligned"):
-        run(x, shifted, shifts, s, z)
+        run(x, shifted, s, z)
 
 
 def test_words_configs_are_checked_and_labelled() -> None:
@@ -162,7 +186,7 @@ def test_random_int4_graphs_through_random_words_configs_match_float64(data: st.
     dtype = data.draw(st.sampled_from([torch.float32, torch.float16]))
     cfg = DecodeConfig(block_n, block_k, split, 4, data.draw(st.sampled_from([1, 2, 3])), product, True, True,
                        data.draw(st.booleans()))
-    g = fs.workload("w4_dequant_mm", dtype=dtype, M=m, K=k, N=n, G=group)
+    g = runtime_shift_graph(dtype, M=m, K=k, N=n, G=group)
     x, w, _, s, z = fs.random_inputs(g, seed=data.draw(st.integers(0, 99)))
     amounts = data.draw(st.sampled_from([(4, 0), (0, 4), (2, 6), (1, 9)]))
     shifts = torch.tensor(amounts, dtype=torch.uint8).reshape(2, 1)

@@ -27,6 +27,9 @@ def nonnegative_bound(g: OpGraph, n: str) -> int | None:
     else None. Layout ops (a view of the nibbles) move values without changing them."""
     node = g.node(n)
     while node.kind == "layout":
+        if node.op == "stack":  # each element is one input's
+            bounds = [nonnegative_bound(g, x) for x in node.inputs]
+            return None if None in bounds else max(b for b in bounds if b is not None)
         node = g.node(node.inputs[0])
     scalar = node.attrs.get("scalar")
     if node.op == "bitwise_and" and len(node.inputs) == 1 and not isinstance(scalar, bool) and isinstance(

@@ -149,7 +149,8 @@ class TileEvaluator:
         if n not in self.computed:
             v = self._load(n, index)
         elif node.kind == "layout":
-            v = self.value(node.inputs[0], self._layout_index(n, index))
+            v = self._stack(n, index) if node.op == "stack" else \
+                self.value(node.inputs[0], self._layout_index(n, index))
         elif node.kind == "indexing":
             v = self._gather(n, index)
         elif node.kind == "pointwise":
@@ -256,15 +257,20 @@ class TileEvaluator:
         src, idx = self._through_layout(mask_node.inputs[0], _broadcast_index(g.node(mask_node.inputs[0]).shape,
                                                                               mask_node.shape, idx))
         shift = g.node(src)
-        if src not in self.computed or shift.op != "bitwise_right_shift" or shift.dtype != torch.uint8 or \
+        if src in self.words and src not in self.computed:  # the byte itself, masked: a shift by 0 (`w & 15`)
+            byte, byte_idx, shift = src, idx, None
+        elif src not in self.computed or shift.op != "bitwise_right_shift" or shift.dtype != torch.uint8 or \
                 shift.attrs.get("scalar_first"):
             return None
-        byte, byte_idx = self._through_layout(shift.inputs[0], _broadcast_index(g.node(shift.inputs[0]).shape,
-                                                                               shift.shape, idx))
+        else:
+            byte, byte_idx = self._through_layout(shift.inputs[0], _broadcast_index(g.node(shift.inputs[0]).shape,
+                                                                                   shift.shape, idx))
         j = _word_column(byte_idx[-1]) if byte in self.words and byte not in self.computed else None
         if j is None:
             return None
-        if len(shift.inputs) == 2:
+        if shift is None:
+            amount_expr = "0"
+        elif len(shift.inputs) == 2:
             amount = self.value(shift.inputs[1], _broadcast_index(g.node(shift.inputs[1]).shape, shift.shape, idx))
             a = amount.name
             if ("#shift", (a,)) not in self.memo:  # torch's uint8 >> s: 0 for s outside [0, 8), as s = 8 gives
@@ -300,9 +306,41 @@ class TileEvaluator:
     def _through_layout(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]]:
         """Node `n` followed back through the layout ops this region computes, with the index mapped along."""
         while n in self.computed and self.g.node(n).kind == "layout":
+            if self.g.node(n).op == "stack":
+                picked = self._stack_pick(n, index)
+                if picked is None:
+                    break
+                n, index = picked
+                continue
             index = self._layout_index(n, index)
             n = self.g.node(n).inputs[0]
         return n, index
+
+    def _stack_pick(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]] | None:
+        """The input of stack `n` that `index` reads and its index there, where the index on the stacked dim is
+        a constant (a K parity tile's: the int4 nibble pairs' two shifts, each a constant); else None."""
+        node = self.g.node(n)
+        d = node.attrs.get("dim", 0) % len(node.shape)
+        c = index[d]
+        at = c.affine.const if c.affine is not None and not c.affine.terms else \
+            int(c.expr) if c.expr.isdigit() else None
+        return None if at is None else (node.inputs[at], (*index[:d], *index[d + 1:]))
+
+    def _stack(self, n: str, index: tuple[Idx, ...]) -> Value:
+        """Stack `n` at `index`: the input its stacked index picks, or where that index varies, every input's value
+        selected by it."""
+        picked = self._stack_pick(n, index)
+        if picked is not None:
+            return self.value(*picked)
+        node = self.g.node(n)
+        d = node.attrs.get("dim", 0) % len(node.shape)
+        rest = (*index[:d], *index[d + 1:])
+        vals = [self.value(x, rest) for x in node.inputs]
+        expr = vals[-1].name
+        for i in range(len(vals) - 2, -1, -1):
+            expr = f"tl.where(({index[d].expr}) == {i}, {convert(vals[i].name, vals[i].dtype, vals[-1].dtype)}, {expr})"
+        variant = self._is_variant(index[d].expr, *(v.name for v in vals))
+        return self._emit("v", expr, vals[-1].dtype, node.dtype, variant)
 
     def _layout_index(self, n: str, index: tuple[Idx, ...]) -> tuple[Idx, ...]:
         node = self.g.node(n)
