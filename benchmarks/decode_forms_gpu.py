@@ -6,7 +6,7 @@ form it refines, without a search's choice in between.
 
 Run on the GPU machine:
     PYTHONPATH=. python benchmarks/decode_forms_gpu.py --out $OUT --case w4_dequant_mm:M=16,K=4096,N=11008,G=128 \\
-        --configs "decode dot n256 k64 sk8 w4 s3 pairs words rows;decode dot n256 k64 sk8 w4 s3 pairs words rows groups"
+        --configs "decode dot n256 k64 sk8 w4 s3 pairs words rows;decode dot n128 k128 sk4 w4 s3 pairs words"
 Writes forms.json under --out; prints each config's median, ratio to the floor and error, fastest first."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from fusionsearch.errors import FusionSearchError, GraphError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.ops_extern import encode_arg
-from fusionsearch.graph.registry import dtype_name
+from fusionsearch.graph.registry import dtype_name, get_op
 
 Scalar = bool | int | float
 
@@ -471,7 +471,8 @@ class _Builder:
         as the layout op; anything else stays PyTorch's."""
         args, kw = _args(node)
         parts = args[0] if args else kw.get("tensors")
-        if not isinstance(parts, list | tuple) or not 1 <= len(parts) <= 16 or \
+        least, most = get_op("stack").arity
+        if not isinstance(parts, list | tuple) or not least <= len(parts) <= most or \
                 not all(isinstance(p, fx.Node) for p in parts):
             return None
         names = [self._tensor(p) for p in parts]

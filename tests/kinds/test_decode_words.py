@@ -15,6 +15,7 @@ import fusionsearch as fs
 from fusionsearch import plan as P
 from fusionsearch.codegen import resources as R
 from fusionsearch.codegen.module import generate_module
+from fusionsearch.datasets.workloads import _per_group
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.tolerance import output_tolerances, rel_error
@@ -44,15 +45,11 @@ def runtime_shift_graph(dtype: torch.dtype, M: int, K: int, N: int, G: int) -> O
                     name="w_nibbles", scalar=15)
     q = g.add("cast", [g.add("view", [nibbles], name="w_int4", shape=[K, N])], name="w_float",
               dtype=str(dtype).removeprefix("torch."))
-
-    def per_group(name: str) -> str:
-        p = g.input(name, (K // G, N), dtype)
-        rows = g.add("expand", [g.add("unsqueeze", [p], name=f"{name}_rows", dim=1)], name=f"{name}_groups",
-                     shape=[K // G, G, N])
-        return g.add("view", [rows], name=f"{name}_k", shape=[K, N])
-
-    scaled = g.add("mul", [g.add("sub", [q], name="w_centered", scalar=8), per_group("scales")], name="w_scaled")
-    g.set_outputs([g.add("mm", [x, g.add("add", [scaled, per_group("zeros")], name="w_dequant")], name="y")])
+    scales, zeros = g.input("scales", (K // G, N), dtype), g.input("zeros", (K // G, N), dtype)
+    scaled = g.add("mul", [g.add("sub", [q], name="w_centered", scalar=8), _per_group(g, scales, K, N, G)],
+                   name="w_scaled")
+    g.set_outputs([g.add("mm", [x, g.add("add", [scaled, _per_group(g, zeros, K, N, G)], name="w_dequant")],
+                         name="y")])
     return g.validate()
 
 

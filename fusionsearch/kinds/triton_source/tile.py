@@ -149,8 +149,8 @@ class TileEvaluator:
         if n not in self.computed:
             v = self._load(n, index)
         elif node.kind == "layout":
-            v = self._stack(n, index) if node.op == "stack" else \
-                self.value(node.inputs[0], self._layout_index(n, index))
+            source = self._layout_source(n, index)
+            v = self.value(*source) if source else self._stack_select(n, index)
         elif node.kind == "indexing":
             v = self._gather(n, index)
         elif node.kind == "pointwise":
@@ -306,32 +306,27 @@ class TileEvaluator:
     def _through_layout(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]]:
         """Node `n` followed back through the layout ops this region computes, with the index mapped along."""
         while n in self.computed and self.g.node(n).kind == "layout":
-            if self.g.node(n).op == "stack":
-                picked = self._stack_pick(n, index)
-                if picked is None:
-                    break
-                n, index = picked
-                continue
-            index = self._layout_index(n, index)
-            n = self.g.node(n).inputs[0]
+            source = self._layout_source(n, index)
+            if source is None:
+                break
+            n, index = source
         return n, index
 
-    def _stack_pick(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]] | None:
-        """The input of stack `n` that `index` reads and its index there, where the index on the stacked dim is
-        a constant (a K parity tile's: the int4 nibble pairs' two shifts, each a constant); else None."""
+    def _layout_source(self, n: str, index: tuple[Idx, ...]) -> tuple[str, tuple[Idx, ...]] | None:
+        """The input layout op `n` reads at `index` and its index there. A stack reads one input only where its
+        stacked index is a constant (a K parity tile's: the int4 nibble pairs' two shifts, each a constant);
+        elsewhere None (`_stack_select` reads them all)."""
         node = self.g.node(n)
+        if node.op != "stack":
+            return node.inputs[0], self._layout_index(n, index)
         d = node.attrs.get("dim", 0) % len(node.shape)
         c = index[d]
         at = c.affine.const if c.affine is not None and not c.affine.terms else \
             int(c.expr) if c.expr.isdigit() else None
         return None if at is None else (node.inputs[at], (*index[:d], *index[d + 1:]))
 
-    def _stack(self, n: str, index: tuple[Idx, ...]) -> Value:
-        """Stack `n` at `index`: the input its stacked index picks, or where that index varies, every input's value
-        selected by it."""
-        picked = self._stack_pick(n, index)
-        if picked is not None:
-            return self.value(*picked)
+    def _stack_select(self, n: str, index: tuple[Idx, ...]) -> Value:
+        """Stack `n` where its stacked index varies over the tile: every input's value, selected by it."""
         node = self.g.node(n)
         d = node.attrs.get("dim", 0) % len(node.shape)
         rest = (*index[:d], *index[d + 1:])
