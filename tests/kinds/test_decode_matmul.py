@@ -158,6 +158,25 @@ def test_the_serial_split_k_counters_are_reset_for_the_next_call() -> None:
         assert rel_error(out, ref) <= 1e-5
 
 
+@pytest.mark.parametrize(("cfg", "loop"), [(DecodeConfig(128, 16, 4, 1, 2, "dot"), "range(0, 4, 2)"),
+                                           (DecodeConfig(256, 16, 4, 1, 2, "dot"), "range(0, 4, 1)"),
+                                           (DecodeConfig(32, 16, 4, 4, 2, "dot"), "tl.static_range(4)")],
+                         ids=["chunks-of-2", "one-at-a-time", "all-at-once"])
+def test_the_last_split_sums_the_partials_in_chunks_that_fit_its_registers(cfg: DecodeConfig, loop: str) -> None:
+    """16 rows x 128 columns on one warp is 64 registers a partial: two splits' partials are loaded together;
+    256 columns is 128, one at a time; 32 columns on four warps, all four. The sum is the same either way."""
+    from fusionsearch.kinds.triton_source.matmul_tile import reduction_chunk
+    assert [reduction_chunk(r, 8) for r in (8, 16, 32, 64, 128, 256)] == [8, 8, 4, 2, 1, 1]
+    assert reduction_chunk(40, 6) == 3 and reduction_chunk(100, 7) == 1
+    g = fs.workload("mm_bias_gelu", dtype=torch.float32, M=13, K=100, N=300)
+    run = fs.compile_plan(decode_plan(P.fully_fused(g), cfg))
+    assert loop in run.source.split("arrived ==")[1]
+    inputs = fs.random_inputs(g, seed=4)
+    (ref,) = fs.reference(g, inputs, float64=True)
+    (out,) = run(*inputs)
+    assert rel_error(out, ref) <= 1e-5, rel_error(out, ref)
+
+
 def test_config_bounds_labels_and_json() -> None:
     cfg = DecodeConfig(128, 64, 8, 8, 4, "fma")
     assert DecodeConfig.from_short(cfg.short()) == cfg and cfg.block_m(3) == 4 and cfg.block_m(1) == 1
