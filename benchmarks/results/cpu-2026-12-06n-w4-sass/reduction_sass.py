@@ -2,7 +2,7 @@
 instructions after the arrival atomic (the last split's loads of the partials). Run at 1da243e and with
 matmul_tile.py as at 5433df5 (`git show 5433df5:fusionsearch/kinds/triton_source/matmul_tile.py`):
 
-    PYTHONPATH=. TRITON_INTERPRET=0 python benchmarks/results/cpu-2026-12-06n-reduction-sass/reduction_sass.py"""
+    PYTHONPATH=. TRITON_INTERPRET=0 python benchmarks/results/cpu-2026-12-06n-w4-sass/reduction_sass.py"""
 import sys
 
 sys.path.insert(0, ".")
