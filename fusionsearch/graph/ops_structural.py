@@ -195,11 +195,6 @@ def _stack_shape(ins: Sequence[InputInfo], attrs: Attrs) -> Shape:
     return (*s[:d], len(ins), *s[d:])
 
 
-def _stack_dtype(ins: Sequence[InputInfo], attrs: Attrs) -> torch.dtype:
-    _stack_shape(ins, attrs)
-    return ins[0].dtype
-
-
 register(OpDef("transpose", "layout", (1, 1), _transpose_shape, _same,
                lambda t, a: t[0].transpose(a.get("dim0", 0), a.get("dim1", 1)), doc="swap two dims"))
 register(OpDef("permute", "layout", (1, 1), _permute_shape, _same, lambda t, a: t[0].permute(*a["dims"]),
@@ -217,7 +212,7 @@ register(OpDef("slice", "layout", (1, 1), _slice_shape, _same,
                                         a.get("end", t[0].shape[a.get("dim", 0)]) - a.get("start", 0))
                [(slice(None),) * (a.get("dim", 0) % t[0].dim()) + (slice(None, None, a.get("step", 1)),)],
                doc="x[start:end:step] on dim (attrs dim, start, end, step): x.narrow and basic slices"))
-register(OpDef("stack", "layout", (1, _MAX_STACKED), _stack_shape, _stack_dtype,
+register(OpDef("stack", "layout", (1, _MAX_STACKED), _stack_shape, _same,
                lambda t, a: torch.stack(list(t), a.get("dim", 0)),
                doc="the inputs along a new dim (attr dim): an int4 weight's two nibbles, each by a constant shift"))
 
