@@ -260,9 +260,18 @@ def _in_loop(address: int, loops: list[tuple[int, int]]) -> bool:
 
 
 def loop_opcodes(sass: str) -> collections.Counter[str]:
-    """The instructions inside the listing's loops by opcode (its first dot-separated part: LDS, HGMMA, ...)."""
+    """The instructions inside the listing's loops by opcode (its first dot-separated part: LDS, HGMMA, ...):
+    every loop's together (a split-K tail's loop over the partials with the K loop; `each_loop_opcodes` apart)."""
     code, loops = _code_and_loops(sass)
     return collections.Counter(op.split(".")[0] for a, op, _ in code if _in_loop(a, loops))
+
+
+def each_loop_opcodes(sass: str) -> list[collections.Counter[str]]:
+    """Each outermost loop's instructions by opcode, in address order: a kernel's K loop apart from, say, its
+    split-K tail's loop over the partials."""
+    code, loops = _code_and_loops(sass)
+    outer = [(s, e) for s, e in loops if not any(s2 <= s and e <= e2 and (s2, e2) != (s, e) for s2, e2 in loops)]
+    return [collections.Counter(op.split(".")[0] for a, op, _ in code if s <= a <= e) for s, e in sorted(set(outer))]
 
 
 def sass_figures(sass: str) -> dict[str, int]:

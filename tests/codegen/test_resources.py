@@ -73,6 +73,28 @@ def test_sass_figures_count_instructions_loops_and_spills_inside_and_outside_loo
         resources.sass_figures("cuobjdump: nothing here")
 
 
+def test_each_loop_is_counted_apart_and_a_nested_loop_inside_its_outer_one() -> None:
+    """Two loops one after the other (a K loop, then a split-K tail's loop over the partials), the first with a
+    loop nested in it: each outer loop's opcodes apart, the nested one's inside its outer one's, nothing between
+    them; loop_opcodes counts both together."""
+    listing = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;            /* 0x0 */
+        /*0010*/                   HMMA.16816.F32.BF16 R24, R20, R16, R24 ;   /* 0x0 */
+        /*0020*/                   FFMA R2, R2, R3, R4 ;             /* 0x0 */
+        /*0030*/               @P2 BRA 0x20 ;                        /* 0x0 */
+        /*0040*/               @P1 BRA 0x10 ;                        /* 0x0 */
+        /*0050*/                   STG.E [R2], R4 ;                  /* 0x0 */
+        /*0060*/                   LDG.E R4, [R2] ;                  /* 0x0 */
+        /*0070*/                   FADD R5, R5, R4 ;                 /* 0x0 */
+        /*0080*/               @P0 BRA 0x60 ;                        /* 0x0 */
+        /*0090*/                   EXIT ;                            /* 0x0 */
+    """
+    k_loop, tail = resources.each_loop_opcodes(listing)
+    assert k_loop == {"HMMA": 1, "FFMA": 1, "BRA": 2}
+    assert tail == {"LDG": 1, "FADD": 1, "BRA": 1}
+    assert resources.loop_opcodes(listing) == k_loop + tail
+
+
 def test_a_config_beyond_the_shared_memory_shows_it() -> None:
     """Triton refuses such a kernel only when loading it on the GPU; its compiled figure already says so. Four
     stages of 128 x 128 and 128 x 128 bf16 tiles need 256 KiB, past the H200's 227 KiB (a 256 x 256 x 128 tile
