@@ -38,7 +38,10 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
 )
 # Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same folder,
 # 3-sweep-w4/: at one row `fma_acc n256 k64 sk8` 23.6 us, `n256 k32 sk16` 23.7; at 16 rows `dot_t n64 k128 sk4`
-# 29.1; the fma_acc forms only at up to 4 rows, where their accumulator fits).
+# 29.1; the fma_acc forms only at up to 4 rows, where their accumulator fits). In the words form of the real
+# int4 workload (stacked constant shifts) the one-row `fma_acc n256 k64 sk8 words` takes 19.6 us (H100,
+# benchmarks/results/h100-2026-12-06o-w4-variants), with `dot n256 k64 sk8 words rows` (19.6-19.7) the fastest
+# one-row configs measured.
 KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
     DecodeConfig(128, 128, 4, 4, 3, "dot", True),
     DecodeConfig(256, 64, 8, 4, 3, "fma_acc", True),
@@ -49,8 +52,9 @@ KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
 )
 # The words form with the group scales and zeros read as whole rows (`rows`): at 16 rows of the int4 GEMV
 # `dot n256 k64 sk8` 26.3 us, the fastest int4 M16 kernel measured (the same without rows 30.4, the best
-# without 28.0; h100-2026-12-06k-w4-joined-staged); slower on other configs (n128 k128 40.4): offered first,
-# and beside each words dot config of the grid, for the search to choose.
+# without 28.0; h100-2026-12-06k-w4-joined-staged; 21.9-22.5 us on the real int4 form, h100-2026-12-06n-stack-suite
+# and -06o-w4-variants, still the fastest); slower on other configs (n128 k128 40.4): offered first, and beside
+# each words dot config of the grid, for the search to choose.
 KNOWN_GOOD_ROWS: tuple[DecodeConfig, ...] = (DecodeConfig(256, 64, 8, 4, 3, "dot", True, True, True),)
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
