@@ -29,7 +29,7 @@ from fusionsearch.plan.resources import KernelResources
 __all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
            "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
 
-FEATURE_SCHEMA_VERSION = 6
+FEATURE_SCHEMA_VERSION = 7
 
 # The analytic model's kernel time (µs): the baseline the learned model corrects and is compared against.
 ANALYTIC_FEATURE = "roofline_us"
@@ -48,8 +48,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     # the tile config (zeros for pointwise and extern kernels)
     "block_m", "block_n", "block_k", "group_m", "split_k", "num_warps", "num_stages",
     # kind one-hot (v5: the decode matmul, and its product's form: fp32 FMAs, or the dot with the weight on the left;
-    # v6: the grouped mixture-of-experts matmul)
+    # v6: the grouped mixture-of-experts matmul; v7: the decode forms of a packed weight -- the FMAs' 3-D
+    # accumulator, nibble pairs read once, read as int32 words, group scales read as whole rows)
     "kind_template", "kind_pointwise", "kind_extern", "kind_decode", "decode_fma", "decode_dot_t", "kind_grouped",
+    "decode_fma_acc", "decode_pairs", "decode_words", "decode_rows",
     # fused op counts by region and class
     *(f"{region}_{cls}" for region in _REGIONS for cls in _OP_CLASSES),
     "upcasts",

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from fusionsearch import settings
-from fusionsearch.errors import FusionSearchError, PlanError
+from fusionsearch.errors import CostModelError, FusionSearchError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
 from fusionsearch.plan import FusedMatmulKernel, Plan, prologue_bytes_ok
@@ -34,6 +34,19 @@ def load_cost_model(choice: str) -> Any:
         raise FusionSearchError("no shipped learned cost model matches this device; train one "
                                 "(fusionsearch costmodel collect/train) and pass its file")
     return model
+
+
+def trained_profile(path: str) -> Any:
+    """The hardware profile of the GPU the model file at `path` was trained on (its rows' features were
+    computed with it); None when the file cannot be loaded or names none (loading it again reports why)."""
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.costmodel.learned import load
+
+    try:
+        profile = (load(path).hardware_ or {}).get("profile")
+        return Hardware.from_dict(profile) if profile else None
+    except (CostModelError, ValueError):
+        return None
 
 
 def _study_refit(model: Any, options: SearchOptions, backend: str, hw: Any) -> Any:

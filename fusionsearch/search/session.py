@@ -21,8 +21,8 @@ from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
 from fusionsearch.search.identity import study_identity
 from fusionsearch.search.loop import progress_bar, run_trials, say_unfinished
-from fusionsearch.search.objective import Objective
-from fusionsearch.search.options import SearchOptions, resolve_backend
+from fusionsearch.search.objective import Objective, trained_profile
+from fusionsearch.search.options import MODEL_FILES, SearchOptions, resolve_backend
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.samplers import make_sampler, sampler_name
 from fusionsearch.search.slots import Slots, open_study
@@ -66,13 +66,16 @@ class Setup:
 
 
 def setup(graph: OpGraph, options: SearchOptions, hw: Any = None, judge: Any = None) -> Setup:
-    """The backend (gpu with a judge), hardware (detected when None), space and trial count of a search."""
+    """The backend (gpu with a judge), hardware, space and trial count of a search. The hardware, when None: the
+    GPU's profile; on a machine without one, that of the GPU a given model file was trained on (its features
+    are priced with that GPU's figures), else the H200's."""
     from fusionsearch.costmodel.hardware import Hardware
 
     if judge is not None and options.backend not in ("auto", "gpu"):
         raise SpecError(f"a judge measures plans: it needs backend 'gpu' (or 'auto'), not {options.backend!r}")
     backend = "gpu" if judge is not None else resolve_backend(options.backend)
-    hw = hw or Hardware.detect()
+    hw = hw or (trained_profile(options.cost_model) if not torch.cuda.is_available()
+                and options.cost_model.endswith(MODEL_FILES) else None) or Hardware.detect()
     space = search_space(graph, options, hw)
     single = possible_plans(space) == 1
     return Setup(backend, hw, space, 1 if single else options.trials, single)  # one plan: judge it once

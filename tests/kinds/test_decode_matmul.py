@@ -230,4 +230,11 @@ def test_estimate_reads_the_weight_once_and_features_name_the_form() -> None:
     (f,) = plan_features(decode, H200)
     assert (f["kind_decode"], f["decode_dot_t"], f["decode_fma"], f["kind_template"]) == (1.0, 1.0, 0.0, 0.0)
     assert f["block_m"] == 16 and f["block_n"] == 128 and f["split_k"] == 8
+    assert (f["decode_fma_acc"], f["decode_pairs"], f["decode_words"], f["decode_rows"]) == (0.0, 0.0, 0.0, 0.0)
+    w4 = fs.workload("w4_dequant_mm", M=1, K=512, N=256, G=128)
+    words = decode_plan(P.fully_fused(w4), DecodeConfig(256, 64, 8, 4, 3, "dot", True, True, True))
+    acc = decode_plan(P.fully_fused(w4), DecodeConfig(64, 32, 2, 4, 3, "fma_acc", True))
+    (fw,), (fa,) = plan_features(words, H200), plan_features(acc, H200)
+    assert (fw["decode_fma_acc"], fw["decode_pairs"], fw["decode_words"], fw["decode_rows"]) == (0.0, 1.0, 1.0, 1.0)
+    assert (fa["decode_fma_acc"], fa["decode_fma"], fa["decode_pairs"], fa["decode_words"]) == (1.0, 1.0, 1.0, 0.0)
     assert get("decode").accepts(g, "y")

@@ -53,6 +53,9 @@ class DecodeKind(MatmulKind):
         f = TEMPLATE.tile_features(g, kernel, tile_shape(g, kernel), hw)
         f["decode_fma"] = float(kernel.config.on_cuda_cores)
         f["decode_dot_t"] = float(kernel.config.product == "dot_t")
+        f["decode_fma_acc"] = float(kernel.config.product == "fma_acc")
+        for form in ("pairs", "words", "rows"):
+            f[f"decode_{form}"] = float(getattr(kernel.config, form))
         return f
 
     def generate(self, ctx: ModuleContext, kernel: DecodeKernel, stored: set[str], name: str) -> KernelCode:
