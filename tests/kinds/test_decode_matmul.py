@@ -119,7 +119,7 @@ def test_tma_loads_read_the_weight_through_a_descriptor_in_every_form(cfg: Decod
     assert rel_error(out, ref) <= 1e-5, rel_error(out, ref)
 
 
-def test_pairs_are_offered_for_int4_only_and_refused_where_k_blocks_do_not_divide() -> None:
+def test_pairs_are_offered_for_int4_only_and_refused_where_k_is_not_whole_k_blocks() -> None:
     w4 = fs.workload("w4_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512, G=128)
     offered = decode_candidates(w4, "y", 48)
     assert offered[0].pairs and sum(c.pairs for c in offered) >= 10
@@ -127,14 +127,37 @@ def test_pairs_are_offered_for_int4_only_and_refused_where_k_blocks_do_not_divid
     w8 = fs.workload("w8_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512)
     assert not any(c.pairs for c in decode_candidates(w8, "y", 48))
     small = fs.workload("w4_dequant_mm", dtype=torch.float32, M=3, K=96, N=40, G=16)
-    with pytest.raises(PlanError, match=r"pairs need K \(96\) a whole number of K blocks \(32\)"):
-        decode_plan(P.fully_fused(small), DecodeConfig(32, 32, 2, 4, 2, "dot", True))
+    with pytest.raises(PlanError, match=r"pairs need K \(96\) a whole number of K blocks \(64\)"):
+        decode_plan(P.fully_fused(small), DecodeConfig(32, 64, 1, 4, 2, "dot", True))
     with pytest.raises(PlanError, match="block_k at least 32 for product 'dot' in pairs"):
         DecodeConfig(32, 16, 1, 4, 2, "dot", True)
     cfg = DecodeConfig(32, 32, 3, 4, 2, "dot_t", True)
     assert cfg.short().endswith(" pairs") and DecodeConfig.from_short(cfg.short()) == cfg
     plan = decode_plan(P.fully_fused(small), cfg)
     assert Plan.from_json(plan.to_json(), small) == plan
+
+
+RAGGED = [DecodeConfig(32, 32, 2, 4, 2, "dot", True), DecodeConfig(32, 32, 3, 4, 3, "dot_t", True),
+          DecodeConfig(32, 16, 4, 4, 2, "fma", True), DecodeConfig(32, 32, 2, 4, 2, "fma_acc", True),
+          DecodeConfig(64, 32, 3, 4, 2, "dot", True, True, True), DecodeConfig(32, 32, 4, 4, 2, "fma_acc", True, True),
+          DecodeConfig(32, 32, 3, 4, 2, "dot")]  # the last not pairs: the int8 weight
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("cfg", RAGGED, ids=lambda c: c.short().replace(" ", "-"))
+def test_splits_that_do_not_divide_the_k_blocks_share_them_unevenly(cfg: DecodeConfig, dtype: torch.dtype) -> None:
+    """K 160: 5 blocks of 32 (10 of 16) over 2, 3 or 4 splits, each a whole number of blocks, no mask on K."""
+    name, shape = ("w4_dequant_mm", {"G": 32}) if cfg.pairs else ("w8_dequant_mm", {})
+    g = fs.workload(name, dtype=dtype, M=3, K=160, N=40, **shape)
+    compiled = fs.compile_plan(decode_plan(P.fully_fused(g), cfg))
+    blocks = 160 // cfg.block_k
+    assert f"for kb in tl.range((pid_k * {blocks}) // {cfg.split_k}, " in compiled.source
+    assert "mask_k" not in compiled.source
+    inputs = fs.random_inputs(g, seed=3)
+    (ref,) = fs.reference(g, inputs, float64=True)
+    (out,) = compiled(*inputs)
+    (tol,) = output_tolerances(g)
+    assert rel_error(out, ref) <= tol, rel_error(out, ref)
 
 
 def test_a_linear_over_a_3d_input_and_an_unfused_decode_kernel() -> None:

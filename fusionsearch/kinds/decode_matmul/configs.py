@@ -134,10 +134,10 @@ def _rowed(configs: list[DecodeConfig]) -> list[DecodeConfig]:
 
 
 def _paired(configs: list[DecodeConfig], p: Problem) -> list[DecodeConfig]:
-    """The pairs form of each config that can take it (K blocks shared evenly, half a K block enough for its
-    product)."""
+    """The pairs form of each config that can take it (K a whole number of K blocks, half a K block enough for
+    its product)."""
     return [replace(c, pairs=True) for c in configs
-            if pairs_fit(p, c.block_k, c.split_k) and c.block_k >= DecodeConfig.least_block_k(c.product, True)]
+            if pairs_fit(p, c.block_k) and c.block_k >= DecodeConfig.least_block_k(c.product, True)]
 
 
 def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
@@ -172,7 +172,7 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
         # `fma_acc n256 k64 sk8` 19.2 us against the pairs form's best 24.1; at 16 rows `dot n128 k128 sk4` 27.8
         # against 29.2); at 4 rows the pairs form's `dot_t n64 k128 sk4` stays best (29.1; words 30.2), next.
         fmas, dots = [c for c in words if c.on_cuda_cores], [c for c in words if not c.on_cuda_cores]
-        rows = [c for c in KNOWN_GOOD_ROWS if words and pairs_fit(p, c.block_k, c.split_k)]
+        rows = [c for c in KNOWN_GOOD_ROWS if words and pairs_fit(p, c.block_k)]
         fixed = list(dict.fromkeys([*fmas, *rows, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
         grid = [x for c in grid for x in (*(_rowed(_worded(_paired([c], p))) if words else []), *_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]

@@ -11,7 +11,6 @@ from typing import Any, Literal
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
-from fusionsearch.kinds.triton_source.matmul_tile import k_slices
 from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.matmul import Problem, problem
 
@@ -131,10 +130,10 @@ class DecodeConfig:
         return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None, rows is not None)
 
 
-def pairs_fit(p: Problem, block_k: int, split_k: int) -> bool:
-    """Whether K is a whole number of K blocks that the splits run share evenly, k_slices' even K (the pairs
-    form reads no mask on K: its index is affine in the block number)."""
-    return k_slices(p, block_k, split_k)[2]
+def pairs_fit(p: Problem, block_k: int) -> bool:
+    """Whether K is a whole number of K blocks (the pairs form reads no mask on K: its index is affine in the
+    block number); splits that do not divide the blocks share them unevenly, each a whole number of blocks."""
+    return p.k % block_k == 0
 
 
 @dataclass(frozen=True)
@@ -155,9 +154,9 @@ class DecodeKernel(FusedMatmulKernel):
         if p.m > DECODE_MAX_M:
             raise PlanError(f"kernel {i}: the decode matmul takes at most {DECODE_MAX_M} rows; {self.matmul!r} has "
                             f"{p.m}: run it as a template")
-        if self.config.pairs and not pairs_fit(p, self.config.block_k, self.config.split_k):
+        if self.config.pairs and not pairs_fit(p, self.config.block_k):
             raise PlanError(f"kernel {i}: the decode config's pairs need K ({p.k}) a whole number of K blocks "
-                            f"({self.config.block_k}) that its splits ({self.config.split_k}) share evenly")
+                            f"({self.config.block_k})")
         if self.config.words and p.n % 4:
             raise PlanError(f"kernel {i}: the decode config's words need N ({p.n}) a multiple of 4")
 

@@ -124,6 +124,11 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
     cfg, product = tile_shape(g, k), k.config.product
     split, k_tiles, even_k = k_slices(p, cfg.block_k, cfg.split_k)
+    k_blocks = math.ceil(p.k / cfg.block_k)
+    # Splits that do not divide the K blocks share them unevenly, each a whole number of blocks (split s takes
+    # [s * blocks // split, (s + 1) * blocks // split)): no mask on K, and any split fills the GPU's grid.
+    ragged = split > 1 and p.k % cfg.block_k == 0 and k_blocks % split != 0
+    even_k = even_k or ragged
     transposed = product == "dot_t"
     t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
     t_load = MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed)
@@ -139,14 +144,15 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
         hoist.line("idx_w = pid_n * (BLOCK_N // 4) + tl.arange(0, BLOCK_N // 4)")
         if p.n % cfg.block_n:
             hoist.line("mask_w = idx_w < N // 4")
-    k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
+    k_tile = "kb" if ragged else f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
     pairs = k.config.pairs
     if pairs:
         if not even_k:
             raise CodegenError(f"matmul {k.matmul!r}: the decode pairs form needs K ({p.k}) a whole number of "
-                               f"K blocks that the splits share evenly")
+                               f"K blocks ({cfg.block_k})")
         hoist.line("kp = tl.arange(0, BLOCK_K // 2)")
-        loop.line(f"kb = {k_tile}")
+        if not ragged:
+            loop.line(f"kb = {k_tile}")
         loop.line("idx_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)")
     else:
         loop.line(f"idx_k = ({k_tile}) * BLOCK_K + tl.arange(0, BLOCK_K)")
@@ -179,7 +185,11 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     if not words:
         step.whole()
     src.splice(hoist)
-    src.line(f"for k_tile in tl.range({k_tiles}, num_stages={cfg.num_stages}):")
+    if ragged:
+        src.line(f"for kb in tl.range((pid_k * {k_blocks}) // {split}, ((pid_k + 1) * {k_blocks}) // {split}, "
+                 f"num_stages={cfg.num_stages}):")
+    else:
+        src.line(f"for k_tile in tl.range({k_tiles}, num_stages={cfg.num_stages}):")
     src.splice(loop)
     _reduce(src, accs, product, transposed)
     tiles = math.ceil(p.n / cfg.block_n)
