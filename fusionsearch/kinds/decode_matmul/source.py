@@ -28,7 +28,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
 from fusionsearch.kinds.triton_source.scale_after_dot import find_scales
 from fusionsearch.kinds.triton_source.tile import Buffers
 from fusionsearch.kinds.triton_source.tile_index import WORD_BYTES
-from fusionsearch.plan.matmul import problem, template_operands
+from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
 
 # The K step's product into accumulator {acc}, of A's tile {s} and B's tile {s}{w} (w: a words tile's byte).
@@ -114,6 +114,20 @@ class _KStep:
             self.loop.line(_PRODUCT[self.c.product].format(precision=self.precision, s=suffix, acc="acc", w=""))
 
 
+def _k_loop(p: Problem, block_k: int, split_k: int, stages: int) -> tuple[int, bool, str, str]:
+    """How the K loop is cut: the splits run, whether every K block lies wholly inside K (no mask on K), the
+    block index's expression and the loop's header. Splits that do not divide the K blocks share them unevenly,
+    each a whole number of blocks (split s takes [s * blocks // split, (s + 1) * blocks // split)), so that any
+    split can fill the GPU's grid."""
+    split, k_tiles, even_k = k_slices(p, block_k, split_k)
+    blocks = math.ceil(p.k / block_k)
+    if split > 1 and p.k % block_k == 0 and blocks % split:
+        return split, True, "kb", (f"for kb in tl.range((pid_k * {blocks}) // {split}, "
+                                   f"((pid_k + 1) * {blocks}) // {split}, num_stages={stages}):")
+    k_tile = f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
+    return split, even_k, k_tile, f"for k_tile in tl.range({k_tiles}, num_stages={stages}):"
+
+
 def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o: CodegenOptions
                     ) -> list[GeneratedKernel]:
     """The Triton kernel of one decode matmul (split-K serial: one launch). Of the codegen options it follows
@@ -123,12 +137,7 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     if min(p.m, p.n, p.k) == 0:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
     cfg, product = tile_shape(g, k), k.config.product
-    split, k_tiles, even_k = k_slices(p, cfg.block_k, cfg.split_k)
-    k_blocks = math.ceil(p.k / cfg.block_k)
-    # Splits that do not divide the K blocks share them unevenly, each a whole number of blocks (split s takes
-    # [s * blocks // split, (s + 1) * blocks // split)): no mask on K, and any split fills the GPU's grid.
-    ragged = split > 1 and p.k % cfg.block_k == 0 and k_blocks % split != 0
-    even_k = even_k or ragged
+    split, even_k, k_tile, k_loop = _k_loop(p, cfg.block_k, cfg.split_k, cfg.num_stages)
     transposed = product == "dot_t"
     t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
     t_load = MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed)
@@ -144,14 +153,13 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
         hoist.line("idx_w = pid_n * (BLOCK_N // 4) + tl.arange(0, BLOCK_N // 4)")
         if p.n % cfg.block_n:
             hoist.line("mask_w = idx_w < N // 4")
-    k_tile = "kb" if ragged else f"pid_k * {k_tiles} + k_tile" if split > 1 else "k_tile"
     pairs = k.config.pairs
     if pairs:
         if not even_k:
             raise CodegenError(f"matmul {k.matmul!r}: the decode pairs form needs K ({p.k}) a whole number of "
                                f"K blocks ({cfg.block_k})")
         hoist.line("kp = tl.arange(0, BLOCK_K // 2)")
-        if not ragged:
+        if k_tile != "kb":
             loop.line(f"kb = {k_tile}")
         loop.line("idx_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)")
     else:
@@ -185,11 +193,7 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     if not words:
         step.whole()
     src.splice(hoist)
-    if ragged:
-        src.line(f"for kb in tl.range((pid_k * {k_blocks}) // {split}, ((pid_k + 1) * {k_blocks}) // {split}, "
-                 f"num_stages={cfg.num_stages}):")
-    else:
-        src.line(f"for k_tile in tl.range({k_tiles}, num_stages={cfg.num_stages}):")
+    src.line(k_loop)
     src.splice(loop)
     _reduce(src, accs, product, transposed)
     tiles = math.ceil(p.n / cfg.block_n)
