@@ -34,7 +34,7 @@ def _decode(g: OpGraph, cfg: DecodeConfig, after: bool) -> Plan:
 def _loop_and_tail(plan: Plan) -> tuple[str, str]:
     """The generated kernel up to the end of its K loop, and what follows it."""
     src = generate_module(plan).source
-    start = src.index("for k_tile in")
+    start = re.search(r"for (k_tile|kb) in", src).start()  # kb: splits that share the K blocks unevenly
     lines = src[start:].splitlines()
     indent = len(lines[1]) - len(lines[1].lstrip())
     end = next(i for i, line in enumerate(lines[1:], 1) if line.strip() and len(line) - len(line.lstrip()) < indent)
@@ -45,7 +45,7 @@ def _loop_and_tail(plan: Plan) -> tuple[str, str]:
 def _factor_in_loop(loop: str, buffer: int) -> bool:
     """Whether the K loop computes with what buffer `buffer` holds (a load hoisted before the loop counts)."""
     loaded = re.search(rf"(\w+) = tl\.load\(in{buffer}_ptr\b", loop)
-    body = loop[loop.index("for k_tile in"):]
+    body = loop[re.search(r"for (k_tile|kb) in", loop).start():]
     return loaded is not None and re.search(rf"\b{loaded.group(1)}\b", body) is not None
 
 
