@@ -1,7 +1,8 @@
 """The decode matmul's Triton source: one CTA per (column block, K slice, batch), all M rows in one block, so
 every weight byte is read once; the K loop pipelined through tl.range (Triton pipelines only loads that feed a
 tl.dot otherwise: the fma form's loads need it); the inner product as DecodeConfig.product says; split-K
-reduced by the last slice to arrive, which runs the epilogue (the template's serial tail)."""
+(slices of whole K blocks, uneven where the split does not divide them) reduced by the last slice to arrive,
+which runs the epilogue (the template's serial tail)."""
 
 from __future__ import annotations
 
