@@ -2,7 +2,9 @@
 plan with its matmul on that config, validated against float64; beside them the floor, a device copy of the
 floor's bytes and, with --probe, a handwritten kernel's launcher (a probe's `launcher(x, w, s, z, bn, bk,
 split, warps, stages, form)` for the int4 GEMV) in the same rounds. What a new config form is worth against the
-form it refines, without a search's choice in between.
+form it refines, without a search's choice in between. A label ending in `|notail` is that config with its split-K
+reduction cut off (each slice stores its partial and stops: no arrival counter, no last-slice sum or epilogue),
+timed though its output is not the product: what the reduction costs the whole kernel.
 
 Run on the GPU machine:
     PYTHONPATH=. python benchmarks/decode_forms_gpu.py --out $OUT --case w4_dequant_mm:M=16,K=4096,N=11008,G=128 \\
@@ -59,6 +61,23 @@ def probe_runs(path: str, inputs: list[torch.Tensor], specs: list[str]) -> dict[
     return runs
 
 
+def without_tail(source: str) -> str:
+    """A split-K kernel's source with everything after its slice's partial store removed (the arrival counter,
+    the last slice's sum and epilogue)."""
+    start = source.index("\n    tl.debug_barrier()\n    sem_off = ")
+    return source[:start] + source[source.index("\n\n", start):]
+
+
+def build(g: fs.OpGraph, text: str) -> tuple[Any, bool]:
+    """The loaded module of a config label (`label|notail`: without its split-K tail), and whether its output is
+    the product (False: timed only)."""
+    label, _, variant = (part.strip() for part in text.partition("|"))
+    if variant not in ("", "notail"):
+        raise SystemExit(f"unknown variant {variant!r}: use label|notail")
+    source = generate_module(with_config(g, label)).source
+    return load_source(without_tail(source) if variant else source), not variant
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     add_out(ap, "forms.json")
@@ -79,11 +98,11 @@ def main() -> None:
     fns, rows = {}, {}
     for label in (c.strip() for c in args.configs.split(";") if c.strip()):
         try:
-            mod = load_source(generate_module(with_config(g, label)).source)
+            mod, product = build(g, label)
             (y,) = mod.run(*inputs)
             err = rel_error(y.double().cpu(), ref.cpu())
-            rows[label] = {"rel_err": err, "ok": err <= tol}
-            if err <= tol:
+            rows[label] = {"rel_err": err, "ok": err <= tol, "timed_only": not product}
+            if err <= tol or not product:
                 fns[label] = lambda mod=mod: mod.run(*inputs)
         except Exception as e:  # noqa: BLE001 - a config that fails is a row saying why
             rows[label] = {"ok": False, "reason": failure_reason(e, 300)}
@@ -107,7 +126,8 @@ def main() -> None:
         r = rows[label]
         if r.get("median_us"):
             print(f"  {r['median_us']:7.2f} us  {r['median_us'] / floor:5.2f}x floor  err {r['rel_err']:.2e}  {label}  "
-                  f"(rounds {min(r['rounds_us']):.2f}-{max(r['rounds_us']):.2f})")
+                  f"(rounds {min(r['rounds_us']):.2f}-{max(r['rounds_us']):.2f})"
+                  + ("  timed only: not the product" if r.get("timed_only") else ""))
         else:
             print(f"  failed: {label}: {r.get('reason') or r.get('rel_err')}")
 
