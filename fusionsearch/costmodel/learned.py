@@ -412,21 +412,27 @@ def load_default(path: str | None = None) -> LearnedCostModel | None:
     return None
 
 
-def _load_once(path: str) -> LearnedCostModel | None:
-    """The model at `path`, loaded once per process and file version: the backend searches one region after
-    another, each asking for it (an .npz loads in tens of ms, a legacy skops file took seconds); None when
-    there is no file or it cannot be used (with a warning)."""
+def load_cached(path: str) -> LearnedCostModel:
+    """`load`, once per process and file version: the backend's regions each ask for the model, a search's setup
+    reads its profile before the objective loads it (an .npz loads in tens of ms, a skops file took seconds)."""
     if not os.path.isfile(path):
-        return None
+        return load(path)  # refused, saying so
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
     if key not in _LOADED:
-        try:
-            _LOADED[key] = load(path)
-        except CostModelError as e:
-            warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=3)
-            return None
+        _LOADED[key] = load(path)
     return _LOADED[key]
+
+
+def _load_once(path: str) -> LearnedCostModel | None:
+    """The shipped model at `path` (load_cached); None when there is none or it cannot be used (with a warning)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        return load_cached(path)
+    except CostModelError as e:
+        warnings.warn(f"the shipped cost model is not used: {e}", stacklevel=3)
+        return None
 
 
 _LOADED: dict[tuple[str, int, int], LearnedCostModel] = {}

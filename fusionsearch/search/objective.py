@@ -25,10 +25,10 @@ def load_cost_model(choice: str) -> Any:
     """The learned model to prune with, or None for the analytic model."""
     if choice == "analytic" or (choice == "auto" and not os.path.exists(settings.current().model_path)):
         return None  # no shipped model: do not pay scikit-learn's import on every search
-    from fusionsearch.costmodel.learned import load, load_default
+    from fusionsearch.costmodel.learned import load_cached, load_default
 
     if choice.endswith(MODEL_FILES):
-        return load(choice)
+        return load_cached(choice)
     model = load_default()
     if model is None and choice == "learned":
         raise FusionSearchError("no shipped learned cost model matches this device; train one "
@@ -40,10 +40,10 @@ def trained_profile(path: str) -> Any:
     """The hardware profile of the GPU the model file at `path` was trained on (its rows' features were
     computed with it); None when the file cannot be loaded or names none (loading it again reports why)."""
     from fusionsearch.costmodel.hardware import Hardware
-    from fusionsearch.costmodel.learned import load
+    from fusionsearch.costmodel.learned import load_cached
 
     try:
-        profile = (load(path).hardware_ or {}).get("profile")
+        profile = (load_cached(path).hardware_ or {}).get("profile")
         return Hardware.from_dict(profile) if profile else None
     except (CostModelError, ValueError):
         return None
