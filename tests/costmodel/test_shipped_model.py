@@ -113,14 +113,18 @@ def test_the_default_model_is_the_shipped_one_trained_on_this_gpu(monkeypatch: p
     assert learned.load_default(H100_MODEL_PATH) is (model if device == "H100" else None)  # a path: that file only
 
 
-def test_a_search_without_a_gpu_prices_with_the_profile_its_model_file_was_trained_on() -> None:
+def test_a_search_without_a_gpu_prices_with_the_profile_its_model_file_was_trained_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The H100 model's rows were featured with the H100's bandwidth and peaks: a search on a CPU that passes
     that file prices with them (and says so), not with the H200's, which it uses otherwise."""
+    import torch
+
     import fusionsearch as fs
     from fusionsearch import hardware
     from fusionsearch.search.options import SearchOptions
     from fusionsearch.search.session import setup
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU, wherever this runs
     g = fs.workload("w8_dequant_mm", M=1, K=256, N=256)
     priced = setup(g, SearchOptions(backend="model", cost_model=H100_MODEL_PATH)).hw
     assert priced.name == "NVIDIA H100 80GB HBM3"
