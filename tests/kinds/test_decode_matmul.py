@@ -123,7 +123,7 @@ def test_pairs_are_offered_for_int4_only_and_refused_where_k_is_not_whole_k_bloc
     w4 = fs.workload("w4_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512, G=128)
     offered = decode_candidates(w4, "y", 48)
     assert offered[0].pairs and sum(c.pairs for c in offered) >= 10
-    assert all(4096 % c.block_k == 0 and (4096 // c.block_k) % c.split_k == 0 for c in offered if c.pairs)
+    assert all(4096 % c.block_k == 0 and 2 * c.split_k <= 4096 // c.block_k for c in offered if c.pairs)
     w8 = fs.workload("w8_dequant_mm", dtype=torch.float16, M=1, K=4096, N=512)
     assert not any(c.pairs for c in decode_candidates(w8, "y", 48))
     small = fs.workload("w4_dequant_mm", dtype=torch.float32, M=3, K=96, N=40, G=16)
@@ -135,6 +135,27 @@ def test_pairs_are_offered_for_int4_only_and_refused_where_k_is_not_whole_k_bloc
     assert cfg.short().endswith(" pairs") and DecodeConfig.from_short(cfg.short()) == cfg
     plan = decode_plan(P.fully_fused(small), cfg)
     assert Plan.from_json(plan.to_json(), small) == plan
+
+
+def test_the_offered_splits_include_those_that_fill_one_and_two_ctas_a_multiprocessor_in_one_wave() -> None:
+    from fusionsearch.kinds.decode_matmul.configs import MULTIPROCESSORS, splits_for, wave_split
+    from fusionsearch.plan.matmul import problem
+
+    g = fs.workload("w4_dequant_mm", dtype=torch.bfloat16, M=1, K=4096, N=11008, G=128)
+    p = problem(g, "y")
+    # 43 column blocks of 256: 3 splits are 129 CTAs (one an SM), 6 are 258 (two); 4 or 7 would start a second wave
+    assert (wave_split(p, 256, 64, 1), wave_split(p, 256, 64, 2)) == (3, 6)
+    assert splits_for(g, "y", 256, 64) == (8, 16, 3, 6)
+    for bn, bk in ((64, 32), (128, 128), (256, 256), (512, 64)):
+        blocks, ctas = 4096 // bk, -(-11008 // bn)
+        for per_sm in (1, 2):
+            s = wave_split(p, bn, bk, per_sm)
+            assert 1 <= s <= max(1, blocks // 2) and (s == 1 or ctas * s <= per_sm * MULTIPROCESSORS)
+            assert s == min(max(1, blocks // 2), 64) or ctas * (s + 1) > per_sm * MULTIPROCESSORS  # the most that fit
+        assert all(1 <= s and (s == 1 or 2 * s <= blocks) for s in splits_for(g, "y", bn, bk))
+    # 512 column blocks already fill two CTAs an SM: the wave rule adds nothing to the power-of-two rule's
+    wide = fs.workload("w8_dequant_mm", dtype=torch.float16, M=1, K=256, N=16384)
+    assert splits_for(wide, "y", 32, 64) == (1, 2)
 
 
 RAGGED = [DecodeConfig(32, 32, 2, 4, 2, "dot", True), DecodeConfig(32, 32, 3, 4, 3, "dot_t", True),

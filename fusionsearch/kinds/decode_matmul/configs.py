@@ -53,8 +53,13 @@ KNOWN_GOOD_PAIRS: tuple[DecodeConfig, ...] = (
 # The words form with the group scales and zeros read as whole rows (`rows`): at 16 rows of the int4 GEMV
 # `dot n256 k64 sk8` 26.3 us, the fastest int4 M16 kernel measured (the same without rows 30.4, the best
 # without 28.0; h100-2026-12-06k-w4-joined-staged; 21.9-22.5 us on the real int4 form, h100-2026-12-06n-stack-suite
-# and -06o-w4-variants, still the fastest); slower on other configs (n128 k128 40.4): offered first, and beside
-# each words dot config of the grid, for the search to choose.
+# and -06o-w4-variants); slower on other configs (n128 k128 40.4): offered first, and beside each words dot config
+# of the grid, for the search to choose. Their splits fill whole waves (`wave_split`; h100-2026-12-07b-uneven-split,
+# K4096 N11008 G128, 43 column blocks): at one row `n256 k64` at two CTAs a multiprocessor (sk6, 258 CTAs) 18.7 us
+# against sk8's 20.4 and the best fma_acc's 19.4; at 16 rows `n256 k128` at one (sk3, 129 CTAs) 19.7 us against
+# sk8's 22.4 (k64 at one or two a multiprocessor: 21.4, 21.6). Each M leads with its own fastest.
+ROWS_ONE_ROW: tuple[tuple[int, int, int], ...] = ((256, 64, 2), (256, 128, 1))  # block_n, block_k, CTAs an SM
+ROWS_MANY_ROWS: tuple[tuple[int, int, int], ...] = ((256, 128, 1), (256, 64, 2))
 KNOWN_GOOD_ROWS: tuple[DecodeConfig, ...] = (DecodeConfig(256, 64, 8, 4, 3, "dot", True, True, True),)
 _GRID = {
     "dot": ((32, 64, 128, 256), (64, 128, 256), ((4, 3), (4, 4), (8, 3))),
@@ -72,14 +77,33 @@ def accepts(g: OpGraph, mm: str) -> bool:
 
 def splits_for(g: OpGraph, mm: str, block_n: int, block_k: int) -> tuple[int, ...]:
     """The split-K that first gives at least 2 CTAs a multiprocessor (column blocks x splits x batch), and twice
-    it, each leaving every split at least two K blocks."""
+    it, each leaving every split at least two K blocks; then the splits that fill one and two CTAs a
+    multiprocessor in one wave (`wave_split`; they need not divide the K blocks)."""
     p = problem(g, mm)
     ctas = math.ceil(p.n / block_n) * p.batch
     most = max(1, math.ceil(p.k / block_k) // 2)
     split = 1
     while ctas * split < 2 * MULTIPROCESSORS and split * 2 <= min(most, 64):
         split *= 2
-    return tuple(dict.fromkeys((split, min(split * 2, most, 64))))
+    waves = (wave_split(p, block_n, block_k, per_sm) for per_sm in (1, 2))
+    return tuple(dict.fromkeys((split, min(split * 2, most, 64), *(s for s in waves if s > 1))))
+
+
+def wave_split(p: Problem, block_n: int, block_k: int, per_sm: int) -> int:
+    """The most splits of K whose CTAs (column blocks x splits x batch) fit `per_sm` a multiprocessor at once,
+    each split at least two K blocks (at least 1): one wave, no last partial wave for the GPU to wait on."""
+    ctas = math.ceil(p.n / block_n) * p.batch
+    most = max(1, math.ceil(p.k / block_k) // 2)
+    return max(1, min(most, 64, per_sm * MULTIPROCESSORS // ctas))
+
+
+def known_good_rows(p: Problem) -> list[DecodeConfig]:
+    """The `rows` configs measured fastest, at the wave-filling split of this problem, the ones for its M
+    first (ROWS_ONE_ROW up to 4 rows, ROWS_MANY_ROWS beyond), then KNOWN_GOOD_ROWS."""
+    shapes = ROWS_ONE_ROW if p.m <= 4 else ROWS_MANY_ROWS
+    waved = [DecodeConfig(bn, bk, wave_split(p, bn, bk, per_sm), 4, 3, "dot", True, True, True)
+             for bn, bk, per_sm in shapes]
+    return list(dict.fromkeys([*waved, *KNOWN_GOOD_ROWS]))
 
 
 def _b_chain(g: OpGraph, mm: str) -> Iterator[Node]:
@@ -172,8 +196,8 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
         # `fma_acc n256 k64 sk8` 19.2 us against the pairs form's best 24.1; at 16 rows `dot n128 k128 sk4` 27.8
         # against 29.2); at 4 rows the pairs form's `dot_t n64 k128 sk4` stays best (29.1; words 30.2), next.
         fmas, dots = [c for c in words if c.on_cuda_cores], [c for c in words if not c.on_cuda_cores]
-        rows = [c for c in KNOWN_GOOD_ROWS if words and pairs_fit(p, c.block_k)]
-        fixed = list(dict.fromkeys([*fmas, *rows, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
+        rows = [c for c in known_good_rows(p) if words and pairs_fit(p, c.block_k)]
+        fixed = list(dict.fromkeys([*rows, *fmas, *dots[:1], *known, *dots[1:], *_paired(fixed, p), *fixed]))
         grid = [x for c in grid for x in (*(_rowed(_worded(_paired([c], p))) if words else []), *_paired([c], p), c)]
     rest = [c for c in dict.fromkeys(grid) if c not in fixed]
     room = max(0, limit - len(fixed))
