@@ -18,7 +18,7 @@ from fusionsearch.kinds.triton_source.tile_index import WORD_BYTES
 from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.tile import MAX_SHARED_MEMORY_BYTES, padded_block
 
-MULTIPROCESSORS = 132  # H100/H200; the split-K rule below only needs the order of magnitude
+MULTIPROCESSORS = 132  # H100/H200 SXM: the power-of-two rule needs only the order of magnitude, wave_split the count
 # The fastest of benchmarks/decode_sweep_gpu.py's grid and the suite, best first (H100, L2 flushed clean,
 # benchmarks/results/h100-2026-12-06-scale-after-dot): w8 at 1 and 16 rows `dot_t n128 k64 sk8` (29.5 / 31.6 us,
 # 1.34 / 1.42x the floor), `dot_t n256 k32 sk16` next at one row (29.9); int4 (nibble pairs) `dot_t n64 k128
