@@ -80,8 +80,7 @@ def splits_for(g: OpGraph, mm: str, block_n: int, block_k: int) -> tuple[int, ..
     it, each leaving every split at least two K blocks; then the splits that fill one and two CTAs a
     multiprocessor in one wave (`wave_split`; they need not divide the K blocks)."""
     p = problem(g, mm)
-    ctas = math.ceil(p.n / block_n) * p.batch
-    most = max(1, math.ceil(p.k / block_k) // 2)
+    ctas, most = _unsplit_ctas(p, block_n), _most_splits(p, block_k)
     split = 1
     while ctas * split < 2 * MULTIPROCESSORS and split * 2 <= min(most, 64):
         split *= 2
@@ -92,9 +91,17 @@ def splits_for(g: OpGraph, mm: str, block_n: int, block_k: int) -> tuple[int, ..
 def wave_split(p: Problem, block_n: int, block_k: int, per_sm: int) -> int:
     """The most splits of K whose CTAs (column blocks x splits x batch) fit `per_sm` a multiprocessor at once,
     each split at least two K blocks (at least 1): one wave, no last partial wave for the GPU to wait on."""
-    ctas = math.ceil(p.n / block_n) * p.batch
-    most = max(1, math.ceil(p.k / block_k) // 2)
-    return max(1, min(most, 64, per_sm * MULTIPROCESSORS // ctas))
+    return max(1, min(_most_splits(p, block_k), 64, per_sm * MULTIPROCESSORS // _unsplit_ctas(p, block_n)))
+
+
+def _unsplit_ctas(p: Problem, block_n: int) -> int:
+    """CTAs of the grid before split-K: column blocks x batch."""
+    return math.ceil(p.n / block_n) * p.batch
+
+
+def _most_splits(p: Problem, block_k: int) -> int:
+    """The most splits that leave each at least two K blocks (at least 1)."""
+    return max(1, math.ceil(p.k / block_k) // 2)
 
 
 def known_good_rows(p: Problem) -> list[DecodeConfig]:
