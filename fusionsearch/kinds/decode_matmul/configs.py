@@ -1,6 +1,7 @@
 """The decode configs the search tries for a matmul of at most 16 rows: the known-good ones first, then a grid
 over the inner product's form, the blocks, warps and stages, each with the split-K that gives the GPU at least
-two CTAs a multiprocessor (and twice that), as a memory-bound kernel needs bytes in flight on every SM."""
+two CTAs a multiprocessor (and twice that), as a memory-bound kernel needs bytes in flight on every SM, and the
+splits that fill one or two CTAs a multiprocessor in a single wave, with no partial last wave to wait on."""
 
 from __future__ import annotations
 
