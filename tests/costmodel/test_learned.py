@@ -145,8 +145,9 @@ def test_cross_validation_never_puts_a_graph_in_both_train_and_test(dataset: str
 
 def test_learned_model_ranks_held_out_graphs_better_than_the_analytic_model(dataset: str,
                                                                           synthetic_graphs: list[Any]) -> None:
-    cv = cross_validate(dataset, folds=5)
+    cv = cross_validate(dataset, folds=3)  # three fits, not the CLI's five: the held-out claim is the same
     assert cv["graphs"] == len(synthetic_graphs) and cv["plans"] >= 10 * len(synthetic_graphs)
+    assert cv["folds"] == 3
     # The synthetic truth reorders tile configs that the roofline prices alike, and only the learned model
     # can pick that up from other graphs.
     assert cv["pairwise_accuracy"] > cv["analytic_pairwise_accuracy"] + 0.05
