@@ -33,22 +33,22 @@ from benchmarks.harness import md_table  # noqa: E402
 
 SMS, REGISTERS, SHARED, THREADS, CTAS = 132, 65536, 227 * 1024, 2048, 32  # H100 SXM, sm_90
 RESULTS = "benchmarks/results"
-OUT = "cpu-2026-12-06l-bytes-in-flight"
+OUT = "cpu-2026-12-07c-bytes-in-flight"
 # (case, workload, shape, the searched plan's matmul config, its measured us, the suite run it comes from): the
 # plans of the latest suite rows of the goals not met (H100, clean L2 flush, 5 interleaved rounds).
 KERNELS = [
-    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 28.9,
-     "h100-2026-12-06j-suite-rows"),
-    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.6,
-     "h100-2026-12-06j-suite-rows"),
-    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 30.2,
-     "h100-2026-12-06j-suite-rows"),
+    ("w8 M1", "w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk8 w4 s3", 29.3,
+     "h100-2026-12-07c-suite-decode"),
+    ("w8 M4", "w8_dequant_mm", {"M": 4, "K": 8192, "N": 8192}, "decode dot_t n128 k128 sk4 w4 s3", 29.9,
+     "h100-2026-12-07c-suite-decode"),
+    ("w8 M16", "w8_dequant_mm", {"M": 16, "K": 8192, "N": 8192}, "decode dot_t n128 k64 sk4 w4 s4", 29.9,
+     "h100-2026-12-07c-suite-decode"),
     ("w4 M1", "w4_dequant_mm", {"M": 1, "K": 4096, "N": 11008, "G": 128},
-     "decode fma_acc n256 k64 sk8 w4 s3 pairs words", 19.8, "h100-2026-12-06k-suite-rows"),
+     "decode dot n256 k128 sk3 w4 s3 pairs words rows", 17.5, "h100-2026-12-07c-suite-decode"),
     ("w4 M16", "w4_dequant_mm", {"M": 16, "K": 4096, "N": 11008, "G": 128},
-     "decode dot n256 k64 sk8 w4 s3 pairs words rows", 27.2, "h100-2026-12-06k-suite-rows"),
-    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x32x128 g8 sk1 w2 s6", 16.4,
-     "h100-2026-12-06k-suite-rows"),
+     "decode dot n256 k128 sk3 w4 s3 pairs words rows", 19.4, "h100-2026-12-07c-suite-decode"),
+    ("mm_bias_gelu M16", "mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}, "16x32x256 g8 sk1 w4 s4", 16.1,
+     "h100-2026-12-07c-suite-decode"),
 ]
 # Nsight Compute's DRAM read bandwidth of the same kernel (TB/s; the table it comes from, --clock-control none):
 # by (case, config), as only the same kernel's figure applies
