@@ -89,7 +89,8 @@ def _check_writable_place(path: str, flag: str) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".fusionsearch-probe-", dir=parent))
     except OSError as e:
-        raise SpecError(f"{flag} {path!r} cannot be written: {parent!r}: {e.strerror}") from None
+        raise SpecError(f"{flag} {path!r} cannot be written: no file can be created in {parent!r} "
+                        f"({e.strerror})") from None
 
 
 def _check_out_dir(path: str, flag: str = "--out") -> None:

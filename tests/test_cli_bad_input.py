@@ -59,7 +59,7 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("S --out {t}/full", ("--out", "not empty")),
     ("S --out {t}/dangling", ("--out", "symbolic link")),
     ("S --out {t}/afile/sub", ("--out", "not a directory")),
-    ("S --out /proc/fusionsearch-out", ("--out", "cannot be written")),
+    ("S --out /proc/fusionsearch-out", ("--out", "cannot be written", "no file can be created in '/proc'")),
     # search: storages
     ("S --storage journal:{t}/adir", ("journal", "is a directory")),
     ("S --storage journal:{t}/no/such/j.log", ("journal", "no such directory")),
