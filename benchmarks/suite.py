@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -344,16 +345,35 @@ def retime_interleaved(row: dict[str, Any], rounds: int) -> None:
 # ---- reporting -----------------------------------------------------------------------------------------
 
 def time_of(row: dict[str, Any], variant: str, valid_only: bool = False) -> float | None:
-    """The variant's median (µs), None when it raised or was skipped (or, with valid_only, failed the check)."""
+    """The variant's median (µs), None when it raised or was skipped (or, with valid_only, failed the check or
+    was unsteady)."""
     rec = row["variants"].get(variant, {})
-    if "median_us" not in rec or (valid_only and rec.get("ok") is False):
+    if "median_us" not in rec or (valid_only and (rec.get("ok") is False or unsteady(rec))):
         return None
     return float(rec["median_us"])
 
 
+UNSTEADY_SPREAD, UNSTEADY_DRIFT = 0.25, 1.5
+
+
+def unsteady(rec: dict[str, Any]) -> bool:
+    """Whether a variant's figure is not to be trusted: its interleaved rounds spread over more than a quarter
+    of their median (interquartile), or their median is over 1.5x the first pass of the same callable (something
+    slowed it after its outputs were checked). Seen on PyTorch's compiled modes of the 16-us cases in several
+    runs (mm_bias_gelu M16 max-autotune: rounds 67-131 us after a first pass of 21.4, 2026-12-07 c)."""
+    rounds = rec.get("rounds_us") or []
+    if len(rounds) < 4 or "median_us" not in rec:
+        return False
+    q1, _, q3 = statistics.quantiles(rounds, n=4, method="inclusive")
+    first = rec.get("first_pass", {}).get("median_us")
+    return (q3 - q1) > UNSTEADY_SPREAD * rec["median_us"] or (first is not None
+                                                              and rec["median_us"] > UNSTEADY_DRIFT * first)
+
+
 def timed(rec: dict[str, Any]) -> str:
-    """'94.7', or '94.7 ✗' when the output was outside tolerance against eager."""
-    return f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+    """'94.7', '94.7 ✗' when the output was outside tolerance against eager, '94.7 ~' when unsteady."""
+    return (f"{rec['median_us']:.1f}" + (" ✗" if rec.get("ok") is False else "")
+            + (" ~" if unsteady(rec) else ""))
 
 
 def time_cell(row: dict[str, Any], variant: str) -> str:
@@ -378,7 +398,8 @@ def ratio_cell(num: float | None, den: float | None) -> str:
 
 
 def speedup_line(rows: Sequence[dict[str, Any]]) -> str:
-    """The geometric-mean speedup of the plan over each baseline, over the cases where both are valid."""
+    """The geometric-mean speedup of the plan over each baseline, over the cases where both are valid (within
+    tolerance and steady)."""
     parts = []
     for variant in ("max_autotune", "torch_compile", "eager"):
         pairs = [(time_of(r, variant, True), time_of(r, "fusionsearch", True)) for r in rows]
@@ -409,7 +430,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"torch {report['torch']}, triton {report['triton']}, {report['date']}; bf16; µs, {timing_words(report)}. "
              f"Floor = max(bytes / {c['bandwidth_bytes_per_s'] / 1e12:.2f} "
              f"TB/s, flops / {c['peak_flops'] / 1e12:.0f} TFLOP/s), both measured in this run. Speedup = baseline "
-             f"time / fusionsearch time. ✗: output outside the bf16 tolerance against eager. "
+             f"time / fusionsearch time. ✗: output outside the bf16 tolerance against eager. ~: unsteady (its rounds "
+             f"spread over a quarter of their median, or their median is over 1.5x its first pass): the figure "
+             f"and its ratio are printed, the geometric means leave it out. "
              f"Search: {report['trials']} trials.", ""]
     if len(report.get("runs", [])) > 1:  # cases split over device calls: each row is its own run's
         lines += ["Cases measured in " + str(len(report["runs"])) + " runs (one process each; every figure of a "
@@ -438,7 +461,8 @@ def markdown(report: dict[str, Any]) -> str:
         copy_us = r.get("copy_same_bytes", {}).get("median_us")  # rows of runs before the probe have none
         cells = [r["case"], f"{r['floor_us']:.1f}", "" if copy_us is None else f"{copy_us:.1f}",
                  *(time_cell(r, v) for v in LABELS), *option_cells,
-                 *(ratio_cell(time_of(r, v), fs_us) for v in ("eager", "torch_compile", "max_autotune")),
+                 *(ratio_cell(time_of(r, v), fs_us) + (" ~" if unsteady(r["variants"].get(v, {})) else "")
+                   for v in ("eager", "torch_compile", "max_autotune")),
                  ratio_cell(fs_us, r["floor_us"]), ratio_cell(fs_us, copy_us if bandwidth_bound(r) else None),
                  ratio_cell(fs_us, time_of(r, "cublas_bare")),
                  peak_cell, search_cell, trials_cell(fs_rec)]

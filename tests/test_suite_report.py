@@ -111,3 +111,30 @@ def test_gpu_state_reads_nvidia_smi_and_is_empty_without_it(suite, monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", missing)
     assert suite.gpu_state() == {}
+
+
+def retimed(us_first, rounds):
+    return {"first_pass": {"median_us": us_first}, "rounds_us": rounds, "median_us": sorted(rounds)[len(rounds) // 2],
+            "ok": True}
+
+
+def test_an_unsteady_baseline_is_marked_and_left_out_of_the_geometric_mean(suite):
+    # Rounds of 2026-12-07 c (H100, mm_bias_gelu M16): max-autotune spread 67-131 us after a first pass of 21.4;
+    # torch.compile steady in its rounds but over 1.5x its first pass (06 l); eager steady after a slow first pass.
+    row = {"index": 4, "case": "mm_bias_gelu M16", "floor_us": 11.2, "copy_same_bytes": retimed(12.5, [12.6] * 5),
+           "variants": {"eager": retimed(61.4, [21.1, 21.2, 21.4, 21.3, 20.2]),
+                        "torch_compile": retimed(20.7, [33.6, 37.2, 28.6, 31.0, 35.0]),
+                        "max_autotune": retimed(21.4, [100.9, 118.6, 131.0, 67.4, 94.8]),
+                        "fusionsearch": retimed(17.5, [16.0, 16.0, 16.1, 17.1, 16.1])}}
+    assert [suite.unsteady(row["variants"][v]) for v in ("eager", "torch_compile", "max_autotune", "fusionsearch")] \
+        == [False, True, True, False]
+    report = {"device": "H100", "torch": "2", "triton": "3", "date": "today", "trials": 32, "rounds": 5,
+              "ceilings": {"bandwidth_bytes_per_s": 3.03e12, "peak_flops": 732e12}, "rows": [row]}
+    md = suite.markdown(report)
+    table = md.split("| case | floor")[1].split("\n\n")[0].splitlines()
+    head = ("case | floor" + table[0]).strip(" |").split(" | ")
+    cells = dict(zip(head, table[2].strip(" |").split(" | "), strict=True))
+    assert cells["max-autotune"] == "100.9 ~" and cells["× max-autotune"] == f"{100.9 / 16.1:.2f} ~"
+    assert cells["torch.compile"] == "33.6 ~" and cells["eager"] == "21.2" and cells["× eager"] == f"{21.2 / 16.1:.2f}"
+    assert cells["fusionsearch"] == "16.1"
+    assert "n/a over max-autotune" in md and "n/a over torch.compile" in md and "over eager (1 cases)" in md
