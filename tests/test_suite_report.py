@@ -131,9 +131,9 @@ def test_an_unsteady_baseline_is_marked_and_left_out_of_the_geometric_mean(suite
     report = {"device": "H100", "torch": "2", "triton": "3", "date": "today", "trials": 32, "rounds": 5,
               "ceilings": {"bandwidth_bytes_per_s": 3.03e12, "peak_flops": 732e12}, "rows": [row]}
     md = suite.markdown(report)
-    table = md.split("| case | floor")[1].split("\n\n")[0].splitlines()
-    head = ("case | floor" + table[0]).strip(" |").split(" | ")
-    cells = dict(zip(head, table[2].strip(" |").split(" | "), strict=True))
+    table = md.split("\n\n| case | floor")[1].split("\n\n")[0].splitlines()
+    head = [c.strip() for c in ("| case | floor" + table[0]).split("|")[1:-1]]
+    cells = dict(zip(head, (c.strip() for c in table[2].split("|")[1:-1]), strict=True))
     assert cells["max-autotune"] == "100.9 ~" and cells["× max-autotune"] == f"{100.9 / 16.1:.2f} ~"
     assert cells["torch.compile"] == "33.6 ~" and cells["eager"] == "21.2" and cells["× eager"] == f"{21.2 / 16.1:.2f}"
     assert cells["fusionsearch"] == "16.1"
