@@ -3,22 +3,28 @@
 Each trial takes the fastest-predicted plan that no trial of the study has taken yet. When the search corrects
 its learned model on what it measured, the not-yet-taken plans are re-ranked by the new model, so the rest of
 the budget follows what this graph's own measurements taught it. Candidate plans and their features are built
-once; a re-rank is one call of the regressor. (The Optuna sampler over it lives in study.py, with Optuna.)"""
+once; a re-rank is one call of the regressor. A space too large to rank whole is ranked on a sample, to which
+the first learned ranking adds the plans met descending from the sample's best (`descend`): the model's
+fastest plan of a three-matmul space is rarely in a sample. (The Optuna sampler over it lives in study.py,
+with Optuna.)"""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from fusionsearch.errors import PlanError
 from fusionsearch.plan import Plan
 from fusionsearch.search.space import Space, seed_plans
 
-__all__ = ["RANK_CANDIDATES", "PlanRanking", "compile_fastest"]
+__all__ = ["RANK_CANDIDATES", "PlanRanking", "compile_fastest", "descend"]
 
 RANK_CANDIDATES = 4096  # the whole space is ranked up to this size, a seeded random sample of it beyond
+DESCENT_STARTS, DESCENT_SWEEPS = 4, 3  # beyond it: descents from the best-predicted of the sample (`descend`)
 
 
 class PlanRanking:
@@ -32,6 +38,8 @@ class PlanRanking:
         self.model_of, self.hw = model_of, hw
         self.compile_top, self.arch = compile_top, arch
         self.compiled = 0  # candidates whose templates were compiled for the GPU and priced with their figures
+        self.space, self.admit = space, admit
+        self.descended = 0  # candidates added by descending from the best-predicted ones (`_add_descents`)
         kept = [(params, plan) for params, plan in space.distinct_plans(_candidates(space, seed)) if admit(plan)]
         self.params = [p for p, _ in kept]
         self._plans = [plan for _, plan in kept]
@@ -50,11 +58,40 @@ class PlanRanking:
 
         if self._features is None:
             self._features = plans_matrix(self._plans, self.hw)
+            if self.space.size() > len(self._plans):  # a sample of the space: its model-best may lie outside
+                self._add_descents(model)
             if self.compile_top > 0:
                 self.compiled += compile_fastest(model, self._plans, *self._features, self.hw, self.compile_top,
                                                  self.arch)
         X, starts = self._features
         return per_plan(model.predict(X), starts)
+
+    def _add_descents(self, model: Any) -> None:
+        """Add to the candidates the plans met descending (`descend`) from the DESCENT_STARTS best-predicted."""
+        from fusionsearch.costmodel.analytic import estimate
+        from fusionsearch.costmodel.learned import per_plan, plans_matrix
+
+        def price(plans: list[Plan]) -> np.ndarray:
+            X, starts = plans_matrix(plans, self.hw)
+            return per_plan(model.predict(X), starts)
+
+        assert self._features is not None
+        X, starts = self._features
+        known = {plan.to_json() for plan in self._plans}
+        new: list[tuple[dict[str, str], Plan]] = []
+        for i in np.argsort(per_plan(model.predict(X), starts), kind="stable")[:DESCENT_STARTS]:
+            for params, plan in descend(self.space, self.params[i], price, self.admit):
+                if (key := plan.to_json()) not in known:
+                    known.add(key)
+                    new.append((params, plan))
+        if new:
+            X_new, starts_new = plans_matrix([plan for _, plan in new], self.hw)
+            self._features = (np.concatenate([X, X_new]),
+                              np.concatenate([starts, [len(X)], starts_new + len(X)]).astype(starts.dtype))
+            self.params += [params for params, _ in new]
+            self._plans += [plan for _, plan in new]
+            self._analytic = np.concatenate([self._analytic, [estimate(plan, self.hw).time_us for _, plan in new]])
+            self.descended += len(new)
 
     def order(self) -> list[dict[str, str]]:
         """The candidates' parameters, fastest predicted first."""
@@ -80,6 +117,37 @@ def compile_fastest(model: Any, plans: list[Plan], X: np.ndarray, starts: np.nda
             X[bounds[i]:bounds[i + 1]] = [[f[name] for name in FEATURE_NAMES] for f in rows]
             compiled += 1
     return compiled
+
+
+def descend(space: Space, start: dict[str, str], price: Callable[[list[Plan]], np.ndarray],
+            admit: Callable[[Plan], bool]) -> list[tuple[dict[str, str], Plan]]:
+    """Coordinate descent under a cost model: from `start`, each trial parameter in turn set to the choice
+    `price` finds fastest with the others held, until a sweep changes nothing (at most DESCENT_SWEEPS). A plan's
+    time is about the sum of its kernels', each set by its own matmul's config, so the model's fastest plan is a
+    sweep or two from any start, while a sample of RANK_CANDIDATES of swiglu's 2.6 million plans rarely holds it.
+    Returns the (parameters, plan) of each step taken."""
+    current, steps = dict(start), []
+    best = float(price([space.plan(current)])[0])
+    for _ in range(DESCENT_SWEEPS):
+        moved = False
+        for name, options in space.parameter_choices().items():
+            tries = []
+            for option in options:
+                if option != current[name]:
+                    with contextlib.suppress(PlanError):
+                        params = {**current, name: option}
+                        if admit(plan := space.plan(params)):
+                            tries.append((params, plan))
+            if not tries:
+                continue
+            times = price([plan for _, plan in tries])
+            if float(times.min()) < best:
+                best, (current, plan) = float(times.min()), tries[int(times.argmin())]
+                steps.append((current, plan))
+                moved = True
+        if not moved:
+            break
+    return steps
 
 
 def _candidates(space: Space, seed: int) -> list[dict[str, str]]:

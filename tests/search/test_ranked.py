@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+import pytest
 
 import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
@@ -122,3 +123,33 @@ def test_a_space_too_large_to_rank_whole_still_ranks_its_seed_plans() -> None:
     seeds = seed_plans(space)
     assert len(seeds) >= 4
     assert all(tuple(sorted(s.items())) in keys for s in seeds)
+
+
+class _Scrambled:
+    """A 'learned' model that prices each kernel by its roofline estimate plus up to 60 µs set by its feature
+    row (its config): plan times add up by kernel, and the fastest plan is nowhere the roofline would put it."""
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return X[:, FEATURE_NAMES.index(ANALYTIC_FEATURE)] + 10.0 * (np.round(np.nansum(X, axis=1) * 1e3) % 7)
+
+
+def test_a_sampled_space_gains_the_plans_met_descending_from_its_best_predicted(monkeypatch: Any) -> None:
+    """Of swiglu's 648 plans (three matmuls, 6 choices each, 3 fusion options) a sample of 24 is ranked; the
+    descent from the sample's best-predicted plans adds the model's fastest plan of the whole space, found
+    here by pricing every plan."""
+    import fusionsearch.search.ranked as ranked
+    from fusionsearch.costmodel.learned import plan_times_us
+
+    g = fs.workload("swiglu", M=16, D=64, H=96)
+    space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 3)
+    every = [plan for _, plan in space.distinct_plans()]
+    fastest = min(plan_times_us(_Scrambled(), every, fs.costmodel.H200))
+    monkeypatch.setattr(ranked, "RANK_CANDIDATES", 24)
+    found = {}
+    for starts in (0, ranked.DESCENT_STARTS):
+        monkeypatch.setattr(ranked, "DESCENT_STARTS", starts)
+        ranking = PlanRanking(space, fs.costmodel.H200, lambda: _Scrambled(), lambda plan: True)
+        found[starts] = (float(ranking.predicted_us().min()), ranking.descended, len(ranking))
+    sampled, descended = found[0], found[ranked.DESCENT_STARTS]
+    assert sampled[1] == 0 and sampled[0] > fastest * 1.01  # the sample alone misses it
+    assert descended[0] == pytest.approx(fastest) and descended[1] > 0 and descended[2] == sampled[2] + descended[1]
