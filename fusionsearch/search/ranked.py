@@ -5,7 +5,7 @@ its learned model on what it measured, the not-yet-taken plans are re-ranked by 
 the budget follows what this graph's own measurements taught it. Candidate plans and their features are built
 once; a re-rank is one call of the regressor. A space too large to rank whole is ranked on a sample, to which
 the first learned ranking adds the plans met descending from the sample's best (`descend`): the model's
-fastest plan of a three-matmul space is rarely in a sample. (The Optuna sampler over it lives in study.py,
+fastest plan of a three-matmul space is rarely in a sample. (The Optuna sampler over it lives in samplers.py,
 with Optuna.)"""
 
 from __future__ import annotations
