@@ -58,7 +58,7 @@ class PlanRanking:
 
         if self._features is None:
             self._features = plans_matrix(self._plans, self.hw)
-            if self.space.size() > len(self._plans):  # a sample of the space: its model-best may lie outside
+            if self.space.size() > RANK_CANDIDATES:  # a sample of the space: its model-best may lie outside
                 self._add_descents(model)
             if self.compile_top > 0:
                 self.compiled += compile_fastest(model, self._plans, *self._features, self.hw, self.compile_top,
