@@ -69,11 +69,10 @@ class PlanRanking:
     def _add_descents(self, model: Any) -> None:
         """Add to the candidates the plans met descending (`descend`) from the DESCENT_STARTS best-predicted."""
         from fusionsearch.costmodel.analytic import estimate
-        from fusionsearch.costmodel.learned import per_plan, plans_matrix
+        from fusionsearch.costmodel.learned import per_plan, plan_times_us, plans_matrix
 
         def price(plans: list[Plan]) -> np.ndarray:
-            X, starts = plans_matrix(plans, self.hw)
-            return per_plan(model.predict(X), starts)
+            return np.asarray(plan_times_us(model, plans, self.hw))
 
         assert self._features is not None
         X, starts = self._features
