@@ -47,7 +47,9 @@ CASES = [("w8_dequant_mm", {"M": 1, "K": 8192, "N": 8192}), ("w8_dequant_mm", {"
          ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 4096}),
          ("w4_dequant_mm", {"M": 4, "K": 4096, "N": 11008, "G": 128}),
          # swiglu M16's projections (the suite's case 8) as single matmuls: gate/up, then down
-         ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 11008}), ("mm_bias_gelu", {"M": 16, "K": 11008, "N": 4096})]
+         ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 11008}), ("mm_bias_gelu", {"M": 16, "K": 11008, "N": 4096}),
+         # gate and up as one matmul (their weights side by side): what one kernel for both would take
+         ("mm_bias_gelu", {"M": 16, "K": 4096, "N": 22016})]
 GRID = {"dot": ((64, 128, 256), (32, 64, 128, 256)), "dot_t": ((64, 128, 256), (32, 64, 128, 256)),
         "fma": ((128, 256, 512, 1024), (16, 32, 64)), "fma_acc": ((64, 128, 256), (32, 64, 128))}
 WARPS_STAGES = {"dot": ((4, 3), (4, 5), (8, 4)), "dot_t": ((4, 3), (4, 5), (8, 4)),

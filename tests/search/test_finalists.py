@@ -50,8 +50,9 @@ class SimulatedGPU:
 
 
 def search(gpu: Any, finalists: int = 3) -> Any:
+    # seed 3: its luck draws make the first-pass winner a wrong pick (seed 2 did before the known-good list grew)
     opts = SearchOptions(trials=16, backend="gpu", sampler="random", cost_model="analytic", compile_workers=0,
-                         prune_margin=100.0, max_configs=8, finalists=finalists, seed=2, library=False)
+                         prune_margin=100.0, max_configs=8, finalists=finalists, seed=3, library=False)
     return run_study(G, opts, judge=gpu)
 
 

@@ -20,6 +20,9 @@ from fusionsearch.plan.tile import TileConfig, padded_block
 # grid's spread below keeps (three are outside that grid: two at 6 stages, one at 8 warps).
 KNOWN_GOOD_SMALL_M = (TileConfig(16, 64, 256, 8, 2, 4, 3), TileConfig(16, 32, 128, 8, 1, 2, 6),
                       TileConfig(16, 128, 128, 8, 4, 4, 4),
+                      # Inductor's max-autotune picks for swiglu M16 on the H100 (results/h100-2026-12-07d):
+                      # 16x128x128 without a split streamed its 90 MB at 2.93 TB/s
+                      TileConfig(16, 128, 128, 8, 1, 4, 4), TileConfig(16, 32, 128, 8, 1, 2, 5),
                       TileConfig(16, 64, 128, 8, 4, 4, 4), TileConfig(16, 64, 128, 8, 4, 4, 3),
                       TileConfig(64, 64, 128, 8, 1, 4, 6), TileConfig(64, 64, 128, 8, 2, 8, 4))
 KNOWN_GOOD_LARGE_M = (TileConfig(128, 256, 64, 8, 1, 8, 3), TileConfig(128, 128, 64, 8, 1, 4, 4),
