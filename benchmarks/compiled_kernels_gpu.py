@@ -25,7 +25,7 @@ import torch
 import fusionsearch as fs
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import SUITE_CASES, WORKLOADS, case_name
-from fusionsearch.errors import failure_reason
+from fusionsearch.errors import PlanError, failure_reason
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
 from fusionsearch.measure import TOLERANCE, rel_error
 from fusionsearch.measure.l2_flush import CleanFlush
@@ -69,9 +69,33 @@ def kernel_profile(fn: Callable[[], object], calls: int, flush: CleanFlush) -> l
             for name, ts in totals.items()]
 
 
+def joined(plan: Plan, main: str, other: str) -> Plan:
+    """`plan` with matmul `other`'s kernel folded into `main`'s: `other` and its epilogue run in `main`'s K loop
+    (plan.matmul.shared_a_matmuls), at the earlier of the two kernels' places (or the later, where that is legal)."""
+    at = {k.matmul: i for i, k in enumerate(plan.kernels) if isinstance(k, FusedMatmulKernel)}
+    if main not in at or other not in at:
+        raise ValueError(f"--variant {main}+{other}: both must be fused matmul kernels of the plan")
+    o = plan.kernels[at[other]]
+    if o.prologue_a or o.prologue_b:
+        raise ValueError(f"--variant {main}+{other}: {other!r} has a prologue; it reads the kernel's A as it is")
+    m = plan.kernels[at[main]]
+    kernel = dataclasses.replace(m, epilogue=(other, *o.epilogue, *m.epilogue))
+    rest = [k for i, k in enumerate(plan.kernels) if i not in (at[main], at[other])]
+    for place in (min(at[main], at[other]), max(at[main], at[other]) - 1):
+        candidate = dataclasses.replace(plan, kernels=tuple(rest[:place] + [kernel] + rest[place:]))
+        try:
+            return candidate.check()
+        except PlanError as e:
+            error = e
+    raise error
+
+
 def with_configs(plan: Plan, variant: str) -> Plan:
-    """`plan` with each matmul `variant` names ("mm=label;mm=label") run by the kind and config its label says."""
+    """`plan` with each matmul `variant` names ("mm=label;mm=label") run by the kind and config its label says;
+    "main+other=label" also folds `other`'s kernel into `main`'s (joined) after giving `main` the label."""
     configs = dict(item.split("=", 1) for item in variant.split(";") if item.strip())
+    joins = [name.split("+", 1) for name in configs if "+" in name]
+    configs = {name.split("+", 1)[0]: label for name, label in configs.items()}
     kernels = []
     for k in plan.kernels:
         label = configs.pop(k.matmul, None) if isinstance(k, FusedMatmulKernel) else None
@@ -82,7 +106,10 @@ def with_configs(plan: Plan, variant: str) -> Plan:
         kernels.append(k)
     if configs:
         raise ValueError(f"--variant names matmuls the plan does not run as fused kernels: {sorted(configs)}")
-    return dataclasses.replace(plan, kernels=tuple(kernels)).check()
+    plan = dataclasses.replace(plan, kernels=tuple(kernels))
+    for main, other in joins:
+        plan = joined(plan, main, other)
+    return plan.check()
 
 
 def checked(run: Callable[..., Any], inputs: list, refs: list, dtype: torch.dtype) -> float:

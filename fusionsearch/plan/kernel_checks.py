@@ -9,7 +9,7 @@ import networkx as nx
 
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import Node, OpGraph
-from fusionsearch.plan.matmul import template_operands
+from fusionsearch.plan.matmul import problem, shared_a_matmuls, template_operands
 
 if TYPE_CHECKING:
     from fusionsearch.plan.kernels import ExternKernel, LibraryKernel, PointwiseKernel, TemplateKernel
@@ -63,9 +63,13 @@ def check_template(g: OpGraph, k: TemplateKernel, i: int, shared_memory_bytes: i
                 raise PlanError(f"{where}: {n!r} does not feed operand {side} ({root!r}), so it cannot be its prologue")
     out_shape = mm.shape
     inside = set(k.epilogue)
-    # once a kernel, and only as far as its last epilogue node: a path from the matmul to one ends before it
-    after = g.descendants_until(k.matmul, max(map(g.position, k.epilogue))) if k.epilogue else set()
-    for n in k.epilogue:
+    shared = shared_a_matmuls(g, k.epilogue)
+    for s in shared:
+        _check_shared_a(g, k, s, where)
+    # once a kernel, and only as far as its last epilogue node: a path from a matmul to one ends before it
+    last = max(map(g.position, k.epilogue)) if k.epilogue else 0
+    after = set().union(*(g.descendants_until(m, last) for m in (k.matmul, *shared))) if k.epilogue else set()
+    for n in (n for n in k.epilogue if n not in shared):
         node = g.node(n)
         if node.kind not in ("pointwise", "layout", "indexing"):
             raise PlanError(f"{where}: {n!r} ({node.op}) cannot be fused into a matmul epilogue")
@@ -73,7 +77,7 @@ def check_template(g: OpGraph, k: TemplateKernel, i: int, shared_memory_bytes: i
         if downstream and node.shape != out_shape:
             raise PlanError(f"{where}: epilogue node {n!r} has shape {list(node.shape)}, "
                             f"the matmul's tile covers {list(out_shape)}")
-        if downstream and _reads_elsewhere(g, k.matmul, node):
+        if downstream and any(_reads_elsewhere(g, m, node) for m in (k.matmul, *shared)):
             raise PlanError(f"{where}: epilogue node {n!r} ({node.op}) reads the matmul's result at other positions "
                             "than its own, outside the tile; compute it in its own kernel")
         if not downstream and not _feeds_bias(g, k.matmul, n, inside):
@@ -81,6 +85,26 @@ def check_template(g: OpGraph, k: TemplateKernel, i: int, shared_memory_bytes: i
                             "so it is not an epilogue")
     if shared_memory_bytes is not None:
         _check_tile(g, k, i, shared_memory_bytes)
+
+
+def _check_shared_a(g: OpGraph, k: TemplateKernel, s: str, where: str) -> None:
+    """A matmul in the epilogue runs in the kernel's K loop on its A tile: the same A, sizes and op, its own B
+    read from memory, no bias, and no split of K (each split would need its own partial sums of both)."""
+    main = template_operands(g, k.matmul)
+    ops = template_operands(g, s)
+    if k.kind != "template":
+        raise PlanError(f"{where}: only the template kind runs a second matmul ({s!r}) in its K loop")
+    if g.node(s).op != g.node(k.matmul).op or ops["A"] != main["A"] or problem(g, s) != problem(g, k.matmul):
+        raise PlanError(f"{where}: matmul {s!r} in the epilogue must read {k.matmul!r}'s A operand {main['A']!r} "
+                        "with the same op and sizes")
+    if "bias" in ops:
+        raise PlanError(f"{where}: matmul {s!r} in the epilogue has a bias; only a bias-free one can share the K loop")
+    if ops["B"] in set(k.prologue_a) | set(k.prologue_b) | set(k.epilogue):
+        raise PlanError(f"{where}: matmul {s!r} in the epilogue reads its B operand from memory, so "
+                        f"{ops['B']!r} cannot be computed in this kernel")
+    if k.config.split_k != 1:
+        raise PlanError(f"{where}: a kernel with matmul {s!r} in its epilogue runs K unsplit; use split_k 1, "
+                        f"not {k.config.split_k}")
 
 
 def check_template_stored(g: OpGraph, k: TemplateKernel, i: int, stored: set[str]) -> None:
@@ -95,7 +119,10 @@ def check_template_stored(g: OpGraph, k: TemplateKernel, i: int, stored: set[str
 def _check_tile(g: OpGraph, k: TemplateKernel, i: int, shared_memory_bytes: int) -> None:
     """The tile's pipeline fits the GPU's shared memory: Triton would compile it, then refuse to launch it."""
     dtype = g.node(template_operands(g, k.matmul)["A"]).dtype
-    need = k.config.shared_memory_bytes(dtype.itemsize)
+    cfg = k.config
+    # each matmul sharing the K loop pipelines its own B tiles beside the kernel's
+    need = cfg.shared_memory_bytes(dtype.itemsize) + len(shared_a_matmuls(g, k.epilogue)) * (
+        cfg.num_stages * cfg.block_k * cfg.block_n * dtype.itemsize)
     if need > shared_memory_bytes:
         raise PlanError(f"kernel {i} ({k.matmul!r}): tile config {k.config.short()} needs {need} bytes of shared "
                         f"memory for {str(dtype).removeprefix('torch.')} operands, more than the {shared_memory_bytes} "

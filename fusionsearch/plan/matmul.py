@@ -40,3 +40,10 @@ def problem(g: OpGraph, mm: str) -> Problem:
     if node.op == "linear":
         return Problem(1, math.prod(a.shape[:-1]), b.shape[0], a.shape[-1])
     return Problem(1, a.shape[0], b.shape[1], a.shape[1])
+
+
+def shared_a_matmuls(g: OpGraph, epilogue: tuple[str, ...]) -> tuple[str, ...]:
+    """The matmuls among a fused matmul's epilogue nodes: each reads the kernel's A operand tile with its own B
+    and runs in the same K loop (swiglu's gate and up: the two weights read by one kernel, SiLU·up computed on
+    both accumulators), its value on the output tile for the rest of the epilogue."""
+    return tuple(n for n in epilogue if g.node(n).kind == "template")

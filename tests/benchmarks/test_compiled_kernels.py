@@ -54,3 +54,13 @@ def test_the_table_sums_each_callables_kernels_beside_its_whole_time() -> None:
     assert "| max_autotune | sum; whole call |  | 61.5; 66.2 |" in lines
     assert "| fusionsearch | sum; whole call |  | 9.0; - |" in lines
     assert lines[-1] == "v: output off eager by 1.00e-01"
+
+
+def test_a_joined_variant_folds_one_matmuls_kernel_into_anothers_and_still_computes_the_graph() -> None:
+    plan = with_configs(fully_fused(G), "gate+up=16x32x32 g8 sk1 w4 s2")
+    assert [(k.matmul, k.epilogue) for k in plan.kernels] == [("gate", ("up", "gate_silu", "hidden")), ("y", ())]
+    inputs = fs.random_inputs(G, seed=2)
+    ref = fs.reference(G, inputs, float64=True)[0]
+    assert rel_error(compile_plan(plan)(*inputs)[0].double(), ref) < 1e-5
+    with pytest.raises(ValueError, match="both must be fused matmul kernels"):
+        with_configs(fully_fused(G), "gate+nope=16x32x32 g8 sk1 w4 s2")

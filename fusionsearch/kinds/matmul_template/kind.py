@@ -26,6 +26,7 @@ from fusionsearch.kinds.matmul_template.source import generate_template
 from fusionsearch.kinds.triton_source.matmul_tile import TileShape
 from fusionsearch.plan.build import default_config
 from fusionsearch.plan.kernels import FusedMatmulKernel, TemplateKernel
+from fusionsearch.plan.matmul import shared_a_matmuls
 from fusionsearch.plan.resources import KernelResources
 from fusionsearch.plan.tile import TileConfig
 
@@ -121,20 +122,25 @@ def template_estimate(g: OpGraph, k: TemplateKernel, i: int, stored: set[str], h
     reread_b = max(1.0, tiles_m / reuse_b)
     a_once = leaf_bytes(g, set(k.prologue_a), k.prologue_a) if k.prologue_a else g.node(ops["A"]).nbytes
     b_once = leaf_bytes(g, set(k.prologue_b), k.prologue_b) if k.prologue_b else g.node(ops["B"]).nbytes
+    # matmuls of the epilogue sharing the A tile: each its own B, re-read as the kernel's, and its own dots
+    shared = shared_a_matmuls(g, k.epilogue)
+    b_once += sum(g.node(TEMPLATE.operands(g, mm)["B"]).nbytes for mm in shared)
     operand_bytes = round(a_once * reread_a + b_once * reread_b)
 
     # Epilogue: its own leaves (and the bias) read once, stored values written once.
     region = {k.matmul, *k.epilogue}
     bias = [ops["bias"]] if "bias" in ops else []
-    epi_read = leaf_bytes(g, region, k.epilogue, bias)
+    pointwise = [n for n in k.epilogue if n not in shared]
+    epi_read = leaf_bytes(g, region, pointwise, bias)
     written = sum(g.node(n).nbytes for n in stored)
-    epi_flops = pointwise_work(g, k.epilogue) + (g.node(k.matmul).numel if bias else 0)
+    epi_flops = pointwise_work(g, pointwise) + (g.node(k.matmul).numel if bias else 0)
 
     # Work: every CTA recomputes the prologue on the operand slice it loads, so prologue work repeats
     # once per column (A) or row (B) of tiles whatever L2 saves; the tensor cores also do the padding.
-    mm_flops = matmul_flops(p)
+    mm_flops = matmul_flops(p) * (1 + len(shared))
     pro_flops = pointwise_work(g, k.prologue_a) * tiles_n + pointwise_work(g, k.prologue_b) * tiles_m
-    padded = 2 * p.batch * (tiles_m * cfg.block_m) * (tiles_n * cfg.block_n) * (k_blocks * cfg.block_k)
+    padded = (2 * p.batch * (tiles_m * cfg.block_m) * (tiles_n * cfg.block_n) * (k_blocks * cfg.block_k)
+              * (1 + len(shared)))
     quantisation = waves * slots / ctas
     main_compute = (padded / hw.peak(a_dtype) + pro_flops / hw.elementwise_flops) * 1e6 * quantisation
     epi_compute = epi_flops / hw.elementwise_flops * 1e6

@@ -19,6 +19,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     finish_tile,
     k_slices,
     load_operands,
+    shared_a_dots,
     tile_header,
     tma_tile_loads,
 )
@@ -70,6 +71,9 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
                   {"A": "(BLOCK_M, BLOCK_K)", "B": "(BLOCK_K, BLOCK_N)"}, tiles_by_side)
     precision = f', input_precision="{FP32_DOTS[fp32_dot]}"' if op_dtype == torch.float32 else ""
     loop.line(f"acc = tl.dot(a, b, acc{precision})")
+    shared = shared_a_dots(g, k, t, src, loop, hoist, buffers, upcast_prologue, op_dtype, precision)
+    if shared and split > 1:
+        raise CodegenError(f"matmul {k.matmul!r}: a second matmul in the K loop runs unsplit (plan legality)")
     src.splice(hoist)
     src.line(f"for k_tile in range({k_tiles}):")
     src.splice(loop)
@@ -77,7 +81,7 @@ def generate_template(g: OpGraph, k: TemplateKernel, stored: set[str], name: str
     constexprs = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m}
     kernels = []
     if split == 1:
-        finish_tile(g, k, stored, src, buffers, t, upcast_epilogue, p, cfg, even_k, split_epilogue)
+        finish_tile(g, k, stored, src, buffers, t, upcast_epilogue, p, cfg, even_k, split_epilogue, shared=shared)
         if persistent:
             kernel_src.splice(src)
         programs = f"_programs({tiles}, device)" if persistent else tiles

@@ -20,7 +20,7 @@ from fusionsearch.kinds.triton_source.scale_after_dot import ScaleAfterDot
 from fusionsearch.kinds.triton_source.tile import Buffers, TileEvaluator, TileLoads
 from fusionsearch.kinds.triton_source.tile_index import WORD_BYTES, Affine, Idx, _broadcast_index, _reshape_index
 from fusionsearch.plan.kernels import FusedMatmulKernel
-from fusionsearch.plan.matmul import Problem, template_operands
+from fusionsearch.plan.matmul import Problem, shared_a_matmuls, template_operands
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,11 @@ def tile_header(src: Source, title: str, p: Problem, split: int, persistent: boo
 
 
 def _epilogue(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers, t: MatmulTile,
-              acc: str, upcast: bool, scales: tuple[ScaleAfterDot, ...] = ()) -> None:
+              acc: str, upcast: bool, scales: tuple[ScaleAfterDot, ...] = (),
+              shared: dict[str, str] | None = None) -> None:
     """store_output hook: the matmul value (its operands' factors moved after the dot applied, with its bias) at
-    the output tile, the fused epilogue, the stores."""
+    the output tile, the fused epilogue, the stores. `shared`: the accumulator of each matmul of the epilogue
+    that ran in the same K loop (matmul_tile.shared_a_dots), by node."""
     node = g.node(k.matmul)
     out_idx = output_index(g, k.matmul, t)
     ev = TileEvaluator(g, set(k.epilogue) | {k.matmul} | {n for s in scales for n in s.computed}, buffers, src,
@@ -178,14 +180,9 @@ def _epilogue(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, b
         bterm = bterm if beta == 1 else f"{bterm} * {float(beta)!r}"
         src.line(f"acc_bias = {scaled} + {bterm}")
         value = "acc_bias"
-    name = src.names.fresh("c")
-    src.line(f"{name} = {value}.to({tl_dtype(node.dtype)})")
-    mm_value = Value(name, node.dtype, node.dtype)
-    if upcast and node.dtype in (torch.float16, torch.bfloat16):
-        up = src.names.fresh("c")
-        src.line(f"{up} = {name}.to(tl.float32)")
-        mm_value = Value(up, torch.float32, node.dtype)
-    ev.seed(k.matmul, out_idx, mm_value)
+    ev.seed(k.matmul, out_idx, _tile_value(src, value, node.dtype, upcast))
+    for mm, mm_acc in (shared or {}).items():
+        ev.seed(mm, out_idx, _tile_value(src, mm_acc, g.node(mm).dtype, upcast))
     targets = [n for n in (k.matmul, *k.epilogue) if n in stored]
     for n in targets:
         if g.node(n).shape != node.shape:
@@ -194,16 +191,27 @@ def _epilogue(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, b
         ev.store(n, out_idx, ev.value(n, out_idx))
 
 
+def _tile_value(src: Source, acc: str, dtype: torch.dtype, upcast: bool) -> Value:
+    """An fp32 accumulator rounded to its matmul's dtype, as the epilogue reads it (back in fp32 with `upcast`)."""
+    name = src.names.fresh("c")
+    src.line(f"{name} = {acc}.to({tl_dtype(dtype)})")
+    if upcast and dtype in (torch.float16, torch.bfloat16):
+        up = src.names.fresh("c")
+        src.line(f"{up} = {name}.to(tl.float32)")
+        return Value(up, torch.float32, dtype)
+    return Value(name, dtype, dtype)
+
+
 def finish_tile(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers, t: MatmulTile,
                  upcast: bool, p: Problem, cfg: TileShape, even_k: bool, split_epilogue: bool,
-                 scales: tuple[ScaleAfterDot, ...] = ()) -> None:
+                 scales: tuple[ScaleAfterDot, ...] = (), shared: dict[str, str] | None = None) -> None:
     """The epilogue on the tile's accumulator `acc` (first multiplied by `scales`, the operand factors the K
     loop left out): whole, or with `split_epilogue` (and BLOCK_N >= 32) in two column halves one after the
     other (a static loop over idx_nh / mask_nh, the half's columns), so that its temporaries and store addresses
     cover half the tile at a time: compiled for sm_90, mm_bias_gelu's 128x256x64 tile goes from 255 registers
     and a 96-byte spill to 244 registers and none."""
-    if not split_epilogue or cfg.block_n < 32:
-        _epilogue(g, k, stored, src, buffers, t, "acc", upcast, scales)
+    if not split_epilogue or cfg.block_n < 32 or shared:
+        _epilogue(g, k, stored, src, buffers, t, "acc", upcast, scales, shared)
         return
     src.line("acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))")
     src.line("for half in tl.static_range(2):")
@@ -275,6 +283,23 @@ def load_operands(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, loop: Source,
                 loop.line(f"{var} = tl.where({kmask}, {var}, 0.0)")
             if on_tile is not None:
                 on_tile(side, var)
+
+
+def shared_a_dots(g: OpGraph, k: FusedMatmulKernel, t: MatmulTile, src: Source, loop: Source, hoist: Source,
+                  buffers: Buffers, upcast: bool, op_dtype: torch.dtype, precision: str) -> dict[str, str]:
+    """Each matmul of the epilogue that shares the kernel's A tile (plan.matmul.shared_a_matmuls): its own
+    accumulator, zeroed before the K loop, and inside it its B tile loaded from memory and its dot on the `a`
+    the loop already holds. Returns each one's accumulator by node, for the epilogue."""
+    accs = {}
+    for j, mm in enumerate(shared_a_matmuls(g, k.epilogue)):
+        acc, b = f"acc_mm{j}", f"b_mm{j}"
+        src.line(f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+        ev = TileEvaluator(g, set(), buffers, loop, upcast, hoist=hoist, loop_tokens=("idx_k", "mask_k", "kb"))
+        v = ev.value(template_operands(g, mm)["B"], operand_index(g, mm, "B", t))
+        loop.line(f"{b} = {convert(v.name, v.dtype, op_dtype)}")
+        loop.line(f"{acc} = tl.dot(a, {b}, {acc}{precision})")
+        accs[mm] = acc
+    return accs
 
 
 def serial_split_k(g: OpGraph, k: FusedMatmulKernel, stored: set[str], src: Source, buffers: Buffers,
