@@ -15,10 +15,10 @@ def size_map(g: OpGraph, cap: int) -> dict[int, int]:
     return {s: cap - 11 + 8 * i for i, s in enumerate(sizes)}  # e.g. cap 48: 37, 45, 53, ...
 
 
-def shrink(g: OpGraph, cap: int = 48, bf16_as_fp16: bool = True) -> OpGraph | None:
+def shrink(g: OpGraph, cap: int = 48, bf16_as: str | None = "float16") -> OpGraph | None:
     """The graph with large sizes mapped down, or None when its attrs tie sizes together in a way that
-    does not survive the mapping (a view that merges dims, say). bfloat16 becomes float16 by default:
-    the interpreter miscomputes bf16, and the plan's structure is the same."""
+    does not survive the mapping (a view that merges dims, say). bfloat16 becomes `bf16_as` (float16 by
+    default; None keeps it): the interpreter miscomputes bf16, and the plan's structure is the same."""
     mapping = size_map(g, cap)
     spec = g.to_dict()
 
@@ -34,14 +34,14 @@ def shrink(g: OpGraph, cap: int = 48, bf16_as_fp16: bool = True) -> OpGraph | No
             strides[d] = acc if entry["strides"][d] != 0 else 0
             acc *= max(shape[d], 1) if entry["strides"][d] != 0 else 1
         entry["shape"], entry["strides"] = shape, strides
-        if bf16_as_fp16 and entry["dtype"] == "bfloat16":
-            entry["dtype"] = "float16"
+        if bf16_as and entry["dtype"] == "bfloat16":
+            entry["dtype"] = bf16_as
     for entry in spec["nodes"]:
         attrs = entry.get("attrs", {})
         if isinstance(attrs.get("shape"), list):
             attrs["shape"] = [m(s) for s in attrs["shape"]]
-        if bf16_as_fp16 and attrs.get("dtype") == "bfloat16":
-            attrs["dtype"] = "float16"
+        if bf16_as and attrs.get("dtype") == "bfloat16":
+            attrs["dtype"] = bf16_as
     try:
         return graph_from_dict(spec, "shrunk graph")
     except FusionSearchError:
