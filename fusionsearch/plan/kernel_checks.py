@@ -95,8 +95,8 @@ def _check_shared_a(g: OpGraph, k: TemplateKernel, s: str, where: str) -> None:
     if k.kind != "template":
         raise PlanError(f"{where}: only the template kind runs a second matmul ({s!r}) in its K loop")
     if g.node(s).op != g.node(k.matmul).op or ops["A"] != main["A"] or problem(g, s) != problem(g, k.matmul):
-        raise PlanError(f"{where}: matmul {s!r} in the epilogue must read {k.matmul!r}'s A operand {main['A']!r} "
-                        "with the same op and sizes")
+        raise PlanError(f"{where}: matmul {s!r} in the epilogue must be a {g.node(k.matmul).op} on the same A operand "
+                        f"({main['A']!r}) with the sizes of {k.matmul!r}")
     if "bias" in ops:
         raise PlanError(f"{where}: matmul {s!r} in the epilogue has a bias; only a bias-free one can share the K loop")
     if ops["B"] in set(k.prologue_a) | set(k.prologue_b) | set(k.epilogue):
