@@ -27,7 +27,6 @@ from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.datasets.workloads import SUITE_CASES, WORKLOADS, case_name
 from fusionsearch.errors import PlanError, failure_reason
 from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
-from fusionsearch.measure import TOLERANCE, rel_error
 from fusionsearch.measure.l2_flush import CleanFlush
 from fusionsearch.plan import Plan, TileConfig
 from fusionsearch.plan.kernels import FusedMatmulKernel, TemplateKernel
@@ -43,7 +42,7 @@ from benchmarks.harness import (  # noqa: E402
     run_facts,
     write_json,
 )
-from benchmarks.suite import MAX_AUTOTUNE_CONFIG  # noqa: E402
+from benchmarks.suite import MAX_AUTOTUNE_CONFIG, as_list, check_outputs  # noqa: E402
 
 FLUSH_KERNEL = "read_words_kernel"  # the L2 flush's kernel, left out of every profile
 
@@ -112,14 +111,13 @@ def with_configs(plan: Plan, variant: str) -> Plan:
     return plan.check()
 
 
-def checked(run: Callable[..., Any], inputs: list, refs: list, dtype: torch.dtype) -> float:
-    """The largest relative error of `run`'s outputs against eager's; ValueError past the dtype's tolerance."""
-    outs = run(*inputs)
-    outs = outs if isinstance(outs, (list, tuple)) else [outs]
-    err = max(rel_error(o, r) for o, r in zip(outs, refs, strict=True))
-    if err > TOLERANCE[dtype]:
-        raise ValueError(f"output off eager by {err:.2e}")
-    return err
+def checked(run: Callable[..., Any], inputs: list, refs: list) -> float:
+    """The largest relative error of `run`'s outputs against eager's (the suite's check); ValueError past its
+    dtype's tolerance."""
+    check = check_outputs(as_list(run(*inputs)), refs)
+    if not check["ok"]:
+        raise ValueError(f"output off eager by {check['rel_err']:.2e}")
+    return check["rel_err"]
 
 
 def case_profile(index: int, calls: int, trials: int, variants: list[str], rounds: int) -> dict[str, Any]:
@@ -129,15 +127,14 @@ def case_profile(index: int, calls: int, trials: int, variants: list[str], round
     inputs = fs.random_inputs(g, seed=0, device="cuda")
     fn = WORKLOADS[case["workload"]].torch_fn
     flush = CleanFlush()
-    refs = fn(*inputs)
-    refs = [r.detach().clone() for r in (refs if isinstance(refs, (list, tuple)) else [refs])]
+    refs = [r.detach().clone() for r in as_list(fn(*inputs))]
     row: dict[str, Any] = {"index": index, "case": case_name(case), "variants": {}}
     timed: dict[str, Callable[[], object]] = {}
     torch._dynamo.reset()
     try:
         with torch._inductor.config.patch(MAX_AUTOTUNE_CONFIG):
             compiled = torch.compile(fn, mode="max-autotune-no-cudagraphs")
-            checked(compiled, inputs, refs, torch.bfloat16)
+            checked(compiled, inputs, refs)
             row["max_autotune"] = kernel_profile(lambda: compiled(*inputs), calls, flush)
             timed["max_autotune"] = lambda: compiled(*inputs)
     except Exception as e:
@@ -152,7 +149,7 @@ def case_profile(index: int, calls: int, trials: int, variants: list[str], round
         try:
             plan = with_configs(res.best, variant)
             run = compile_plan(plan).module.run
-            entry = {"plan": plan.describe(), "rel_err": checked(run, inputs, refs, torch.bfloat16),
+            entry = {"plan": plan.describe(), "rel_err": checked(run, inputs, refs),
                      "kernels": kernel_profile(lambda run=run: run(*inputs), calls, flush)}
             timed[name] = lambda run=run: run(*inputs)
         except Exception as e:
