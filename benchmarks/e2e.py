@@ -57,7 +57,12 @@ from benchmarks.harness import (  # noqa: E402
 )
 from benchmarks.models import llama, moe  # noqa: E402
 
-MODES = ("eager", "torch_compile", "reduce_overhead", "max_autotune", "max_autotune_no_cudagraphs", "fusionsearch")
+MODES = ("eager", "torch_compile", "reduce_overhead", "max_autotune", "max_autotune_no_cudagraphs",
+         "fusionsearch_control", "fusionsearch_joined", "fusionsearch")
+# The backend three ways: every region given Inductor's code (the control: what joining regions costs), the tuned
+# regions joined as the backend builds the step, and the default (that step raced against Inductor's whole graph).
+BACKEND_MODES = {"fusionsearch_control": {"inductor_regions": True, "step_race": False},
+                 "fusionsearch_joined": {"step_race": False}, "fusionsearch": {}}
 TORCH_MODES = {"torch_compile": "default", "reduce_overhead": "reduce-overhead", "max_autotune": "max-autotune",
                "max_autotune_no_cudagraphs": "max-autotune-no-cudagraphs"}
 CASES = ("llama-int8 decode b1", "llama-int8 decode b4", "llama-int8 decode b16", "llama-bf16 decode b1",
@@ -168,7 +173,7 @@ def compile_mode(model: torch.nn.Module, mode: str, args: argparse.Namespace) ->
     import fusionsearch as fs
 
     be = fs.backend(trials=args.trials, cache=args.cache, inductor=args.inductor,
-                    search_backend="auto" if args.device == "cuda" else "model")
+                    search_backend="auto" if args.device == "cuda" else "model", **BACKEND_MODES[mode])
     return torch.compile(model, backend=be, fullgraph=True, dynamic=False), be
 
 
@@ -243,13 +248,48 @@ def run_mode(w: Workload, mode: str, refs: list[list[torch.Tensor]] | None, args
         rec.update(time_step(lambda: fn(*step_inputs), setup))
         if setup.gpu:
             rec["allocated_bytes"] = torch.cuda.memory_allocated()
+        if args.profile and setup.gpu:
+            from fusionsearch.dynamo.profile import profile_step
+
+            rec["profile"] = profile_step(lambda: fn(*step_inputs), steps=10).to_dict()
+        if args.generate and w.case.model == "llama" and w.case.tokens == 1:
+            rec.update(generate(fn, w, args.generate))
         if be is not None:
             stats = be.stats
             rec.update({"regions": stats.regions, "searched": stats.searched, "cached": stats.cached,
                         "declined": stats.declined, "explain": stats.explain(),
-                        "races": [c.to_dict() for c in stats.choices.values()]})
+                        "races": [c.to_dict() for c in stats.choices.values()],
+                        "step_races": [c.to_dict() for c in stats.steps]})
+        w.reset()
     rec["tokens_per_s"] = w.inputs[-1][0].numel() / (rec["median_us"] * 1e-6)
     return rec, outs
+
+
+def generate(fn: Callable[..., Any], w: Workload, tokens: int) -> dict[str, Any]:
+    """Greedy decoding of `tokens` tokens a sequence from the case's first step (the argmax of each step's
+    logits fed to the next, the position advancing), timed whole after one untimed run: the tokens/s users
+    quote, host work between steps included."""
+    idx, pos = w.inputs[0]
+    limit = w.model.layers[0].attention.kv_cache.k_cache.shape[2] - int(pos[0])
+    tokens = min(tokens, limit)
+
+    def loop() -> None:
+        tok, at = idx, pos
+        for _ in range(tokens):
+            logits = fn(tok, at)
+            tok = logits[:, -1].argmax(-1, keepdim=True)
+            at = at + 1
+
+    times = []
+    for _ in range(2):
+        w.reset()
+        sync(w.setup)
+        start = time.perf_counter()
+        loop()
+        sync(w.setup)
+        times.append(time.perf_counter() - start)
+    return {"generate_tokens": tokens, "generate_s": times[-1],
+            "generate_tokens_per_s": idx.shape[0] * tokens / times[-1]}
 
 
 def run_case(case: Case, setup: Setup, args: argparse.Namespace, bandwidth: float | None,
@@ -289,7 +329,7 @@ def run_case(case: Case, setup: Setup, args: argparse.Namespace, bandwidth: floa
 def best_pytorch(row: dict[str, Any]) -> tuple[str, float] | None:
     """The fastest valid PyTorch mode of a row (eager included) and its µs per step."""
     times = {m: v["median_us"] for m, v in row["variants"].items()
-             if m != "fusionsearch" and "median_us" in v and v.get("valid", True)}
+             if not m.startswith("fusionsearch") and "median_us" in v and v.get("valid", True)}
     if not times:
         return None
     mode = min(times, key=times.__getitem__)
@@ -334,10 +374,41 @@ def plot(report: dict[str, Any], path: str) -> bool:
     return bar_chart(path, [r["case"] for r in rows], series, "tokens / s", size=(6.0, 4.2), legend_size=7)
 
 
+def tokens_table(report: dict[str, Any]) -> str:
+    """Tokens/s per case and mode: from the timed step, and from the greedy generation loop where it ran."""
+    modes = [m for m in MODES if any("tokens_per_s" in r["variants"].get(m, {}) for r in report["rows"])]
+    lines = ["tokens/s: from the step time; after the slash, of the greedy generation loop (--generate)", "",
+             *md_table(["case", *modes])]
+    for r in report["rows"]:
+        cells = [r["case"]]
+        for m in modes:
+            v = r["variants"].get(m, {})
+            gen = v.get("generate_tokens_per_s")
+            cells.append(f"{v['tokens_per_s']:.0f}" + (f" / {gen:.0f}" if gen else "") if "tokens_per_s" in v else "-")
+        lines.append(md_row(cells))
+    return "\n".join(lines)
+
+
+def profiles_markdown(report: dict[str, Any]) -> str:
+    """Each case's step profiles side by side (--profile): kernels, copies, memsets, busy and idle µs a step, and
+    each mode's largest kernels."""
+    from fusionsearch.dynamo.profile import StepProfile, side_by_side
+
+    parts = []
+    for r in report["rows"]:
+        profiles = {m: StepProfile.from_dict(v["profile"]) for m, v in r["variants"].items() if "profile" in v}
+        if profiles:
+            parts += [f"## {r['case']}", "", side_by_side(profiles), ""]
+    return "\n".join(parts)
+
+
 def write_report(report: dict[str, Any], out: str) -> str:
     write_json(report, out_file(out, "e2e.json"))
-    table = markdown(report)
+    table = markdown(report) + "\n\n" + tokens_table(report)
     write_markdown(os.path.join(out, "e2e.md"), table)
+    profiles = profiles_markdown(report)
+    if profiles:
+        write_markdown(os.path.join(out, "profiles.md"), profiles)
     plot(report, os.path.join(out, "e2e.png"))
     return table
 
@@ -362,7 +433,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--preset", default=None, choices=("full", "tiny"), help="model sizes (default: full on "
                     "cuda, tiny on cpu)")
     ap.add_argument("--deadline-s", type=float, default=None, help="skip what would start after this many seconds")
+    ap.add_argument("--profile", action="store_true", help="each mode's step under torch.profiler: kernels, copies, "
+                    "memsets and idle time a step (GPU), written to profiles/ beside e2e.json")
+    ap.add_argument("--generate", type=int, default=0, metavar="N", help="also time a greedy generation loop of N "
+                    "tokens (decoder decode cases): generate_tokens_per_s")
     ap.add_argument("--report", metavar="DIR", help="only render DIR/e2e.json again (md and png)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="the fusionsearch.* loggers at INFO on stderr (each "
+                    "region's and step's race, CUDA-graph capture failures)")
     args = ap.parse_args(argv)
     args.cases = comma_list(args.cases)
     modes = comma_list(args.modes)
@@ -382,6 +459,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
+        logging.getLogger("fusionsearch").setLevel(logging.INFO)
     if args.report:
         print(write_report(load_report(args.report), args.report))
         return

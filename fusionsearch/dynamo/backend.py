@@ -30,21 +30,23 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from fusionsearch import settings
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.dynamo.cudagraph import GraphedStep
+from fusionsearch.dynamo.join import RegionStep, glue, inductor_whole, lazy_inductor, one_by_one, written_inputs
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.race import (
     INDUCTOR,
     INDUCTOR_MODES,
+    OURS,
     RegionChoice,
     Timer,
-    inductor_options,
+    interleaved_timer,
     race,
     us_text,
 )
 from fusionsearch.dynamo.regions import Region, partition
+from fusionsearch.dynamo.step_race import StepChoice, inductor_step, race_step
 from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.graph.reference import reference
 from fusionsearch.plan import Plan
 
 __all__ = ["BackendOptions", "BackendStats", "backend", "backend_options", "fusionsearch_backend", "tune_model"]
@@ -62,7 +64,11 @@ class BackendOptions:
     `inductor`: the mode Inductor compiles in, for its candidate of each region and for the glue
     ('max-autotune' or 'default'); `race`: time Inductor's code for each region beside the searched plan and
     keep the faster (on a GPU); `cudagraphs`: replay each compiled step from a CUDA graph (on a GPU);
-    `progress`: a bar on stderr while regions are searched (nothing when every plan comes from the cache)."""
+    `progress`: a bar on stderr while regions are searched (nothing when every plan comes from the cache);
+    `step_race`: time the whole step as built against Inductor's compilation of the whole graph in the
+    `inductor` mode and keep the faster (on a GPU; dynamo/step_race.py); `inductor_regions`: every matmul
+    region runs Inductor's code, nothing is searched (the control: the step then shows what joining regions
+    costs against Inductor's own step)."""
 
     trials: int = 32
     search_backend: str = "auto"
@@ -75,6 +81,8 @@ class BackendOptions:
     race: bool = True
     cudagraphs: bool = True
     progress: bool = True
+    step_race: bool = True
+    inductor_regions: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -83,7 +91,7 @@ class BackendOptions:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
         if self.inductor not in INDUCTOR_MODES:
             raise SpecError(f"inductor {self.inductor!r}: use {' or '.join(INDUCTOR_MODES)}")
-        for name in ("race", "cudagraphs", "progress"):
+        for name in ("race", "cudagraphs", "progress", "step_race", "inductor_regions"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
@@ -96,8 +104,9 @@ class BackendOptions:
 @dataclass
 class BackendStats:
     """What the backend did with the graphs Dynamo gave it: matmul regions met, searched, and loaded from the
-    plan cache (identical regions after the first included); graphs declined, with the reasons, in order; and
-    each distinct region's race against Inductor (by graph signature)."""
+    plan cache (identical regions after the first included); graphs declined, with the reasons, in order;
+    each distinct region's race against Inductor (by graph signature); and each compiled graph's step race
+    against Inductor's whole graph (dynamo/step_race.py), in order."""
 
     regions: int = 0
     searched: int = 0
@@ -106,35 +115,20 @@ class BackendStats:
     choices: dict[str, RegionChoice] = field(default_factory=dict)
     best_us: dict[str, float] = field(default_factory=dict)  # per distinct region: its kept code's µs (or the
     #                                                          search's figure where no race ran)
+    steps: list[StepChoice] = field(default_factory=list)
 
     def explain(self) -> str:
-        """Each distinct matmul region raced: which code was kept, both times (µs), the fusion the search decided."""
+        """Each compiled step raced against Inductor's whole graph (which was kept, both times, the profiles),
+        then each distinct matmul region raced: which code was kept, both times (µs), the fusion the search
+        decided."""
+        lines = [s.explain() for s in self.steps]
         if not self.choices:
-            return "no region was raced against Inductor (the race runs on a GPU)"
-        lines = []
+            return "\n".join([*lines, "no region was raced against Inductor (the race runs on a GPU)"])
         for c in self.choices.values():
             times = f"fusionsearch {us_text(c.ours_us)} us, inductor ({c.mode}) {us_text(c.inductor_us)} us"
             lines.append(f"{c.label}: {c.chosen} kept ({times})" + (f"; {c.reason}" if c.reason else ""))
             lines += [f"    {line}" for line in c.fusion.splitlines()]
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class _Step:
-    """One region ready to run: its callable, the parent graph's values it reads and writes, and what runs
-    it: 'plan' (the searched plan's module), 'inductor' (Inductor's code won the race) or 'glue'."""
-
-    run: Callable[..., list[torch.Tensor]]
-    region: Region
-    kind: str = "plan"
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return self.region.inputs
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return self.region.outputs
 
 
 class _Decline(Exception):
@@ -209,32 +203,88 @@ class _Compiler:
         if program.returned != spec.num_leaves:
             raise _Decline(f"the graph returns {spec.num_leaves} values, {program.returned} of them tensors")
         values = [*example_inputs, *state]
+        racing = self.options.step_race and not self.options.inductor_regions and (
+            self.timer is not None or device != "cpu-interpreter")
+        step_key = self.cache.key(program.graph, device, self._step_settings()) if racing else ""
+        cached = StepChoice.from_dict(self.cache.load_step(step_key, program.graph)) if racing else None
+        writes = [i for i in written_inputs(program) if i < len(example_inputs)]
+        graphed = self.options.cudagraphs and device != "cpu-interpreter"
+        if cached is not None and cached.chosen == INDUCTOR:  # a previous process found Inductor's step faster
+            self.stats.steps.append(cached)
+            whole = inductor_step(gm, example_inputs, self.options.inductor, graphed, writes)
+            return lambda *args: tree_unflatten(list(whole(*args)), spec)
+        ours = self._ours(program, values, device)
+        if not racing:
+            return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
+        if cached is not None:
+            self.stats.steps.append(cached)
+            return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
+        choice, theirs = self._race_step(gm, example_inputs, program, ours, values, device, graphed, writes)
+        self.stats.steps.append(choice)
+        self.cache.store_step(step_key, program.graph, choice.to_dict())
+        if choice.chosen == INDUCTOR and theirs is not None:
+            return lambda *args: tree_unflatten(list(theirs(*args)), spec)
+        return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
+
+    def _step_settings(self) -> dict[str, Any]:
+        """What a step race's outcome depends on besides the graph and device: the regions' search settings and
+        how both steps are compiled and replayed."""
+        return {**self.options.search_settings(), "step_race": True, "inductor": self.options.inductor,
+                "cudagraphs": self.options.cudagraphs, "race": self.options.race}
+
+    def _race_step(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor], program: CapturedProgram,
+                   ours: Callable[..., Sequence[torch.Tensor]], values: list[torch.Tensor], device: str,
+                   graphed: bool, writes: list[int]) -> tuple[StepChoice, Callable[..., list[torch.Tensor]] | None]:
+        """The step as built against Inductor's whole graph on the compile's example inputs (the state the step
+        writes restored after), the outcome and Inductor's step (None where it failed to compile)."""
+        reasons = []
+        try:
+            theirs: Callable[..., list[torch.Tensor]] | None = inductor_step(gm, example_inputs,
+                                                                             self.options.inductor, graphed, writes)
+        except Exception as e:  # Inductor cannot compile the whole graph: ours runs it
+            theirs = None
+            reasons.append(f"inductor: {failure_reason(e, 200)}")
+        candidates: dict[str, Callable[[], object]] = {OURS: lambda: ours(*values)}
+        if theirs is not None:
+            candidates[INDUCTOR] = lambda: theirs(*example_inputs)
+        label = f"step ({len(gm.graph.nodes)} FX nodes, {len(program.graph.nodes_of_kind('template'))} matmuls)"
+        written = [values[i] for i in written_inputs(program)]
+        timer = self.timer if self.timer is not None else interleaved_timer(graphed=False)  # each step graphed
+        choice = race_step(label, candidates, timer, self.options.inductor, written,
+                           profile=device != "cpu-interpreter", reasons=reasons)
+        return choice, theirs
+
+    def _ours(self, program: CapturedProgram, values: list[torch.Tensor], device: str
+              ) -> Callable[..., Sequence[torch.Tensor]]:
+        """The step as the backend builds it: the regions searched (or loaded) and raced, joined inside one
+        Inductor graph where it compiles (else called one by one), replayed from a CUDA graph on a GPU."""
         steps = self.regions(program.graph, values, device, self.options.progress)
         run: Callable[..., Sequence[torch.Tensor]] | None = None
         if self.options.fallback == "inductor" and device != "cpu-interpreter":
             try:
-                run = _inductor_whole(program, steps, values, self.options.inductor)
+                run = inductor_whole(program, steps, values, self.options.inductor)
             except Exception as e:  # the regions still run, one call each
                 log.warning("fusionsearch backend: Inductor could not compile the graph around the tuned regions "
                             "(%s); the regions run one by one", failure_reason(e, 300))
         if run is None:
-            run = _one_by_one(program, steps)
+            run = one_by_one(program, steps)
         if self.options.cudagraphs and device != "cpu-interpreter":
-            run = GraphedStep(run, _written(program))
-        step = run
-        return lambda *args: tree_unflatten(list(step(*args, *state)), spec)
+            run = GraphedStep(run, written_inputs(program))
+        return run
 
     def regions(self, g: OpGraph, values: list[torch.Tensor], device: str, progress: bool = False
-                ) -> list[_Step]:
+                ) -> list[RegionStep]:
         """Each region of `g` ready to run, in order, each matmul region searched or loaded from the plan cache
         and raced against Inductor; `values` are the example values of g's inputs."""
         regions = partition(g)
         env = dict(zip(g.inputs, values, strict=True))
-        bar = self._bar(regions, device) if progress else None
+        control = self.options.inductor_regions  # nothing searched: no region's inputs are needed
+        bar = self._bar(regions, device) if progress and not control else None
         steps = []
         for region in regions:
-            ins = [env[i] for i in region.inputs] if device != "cpu-interpreter" or self.timer else None
-            step = self._step(region, device, ins) if region.tuned else _Step(_glue(region), region, "glue")
+            ins = [env[i] for i in region.inputs] if not control and (device != "cpu-interpreter" or self.timer) \
+                else None
+            step = self._step(region, device, ins) if region.tuned else RegionStep(glue(region), region, "glue")
             if ins is not None:  # the next regions are searched (glue: compiled) on the values this one computes
                 env.update(zip(region.outputs, step.run(*ins), strict=True))
             steps.append(step)
@@ -265,7 +315,7 @@ class _Compiler:
         return tqdm(total=len(tuned), unit="region", file=sys.stderr, dynamic_ncols=True,
                     desc=f"fusionsearch: {len(missing)} to search")
 
-    def _step(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> _Step:
+    def _step(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> RegionStep:
         """A matmul region ready to run: its plan from the cache (identical regions share one) or from a search
         on the region's own input values (random ones in the interpreter), raced against Inductor's code for
         it where a timer is at hand (the GPU's, or a test's); the race's outcome is stored with the plan."""
@@ -273,6 +323,8 @@ class _Compiler:
 
         g = region.graph
         self.stats.regions += 1
+        if self.options.inductor_regions:  # the control: Inductor's code, traced into the whole graph
+            return RegionStep(lazy_inductor(g, self.options.inductor), region, "inductor")
         key = self.cache.key(g, device, self.options.search_settings())
         entry = self.cache.load_entry(key, g)
         if entry is not None:
@@ -305,8 +357,8 @@ class _Compiler:
         if figure is not None:
             self.stats.best_us.setdefault(g.signature_hash(), float(figure))
         if choice is not None and choice.chosen == INDUCTOR:
-            return _Step(theirs or _lazy_inductor(g, self.options.inductor), region, "inductor")
-        return _Step(ours or compile_plan(plan).module.run, region, "plan")
+            return RegionStep(theirs or lazy_inductor(g, self.options.inductor), region, "inductor")
+        return RegionStep(ours or compile_plan(plan).module.run, region, "plan")
 
     def _timer(self) -> Timer:
         if self.timer is None:
@@ -314,18 +366,6 @@ class _Compiler:
 
             self.timer = interleaved_timer(graphed=self.options.cudagraphs)
         return self.timer
-
-
-def _glue(region: Region) -> Callable[..., list[torch.Tensor]]:
-    """A glue region's ops in eager PyTorch, dense outputs as the matmul regions' plans were searched on.
-    With the Inductor fallback the whole graph is compiled around the tuned regions (_inductor_whole), these
-    ops included; this runs them in the interpreter, with the eager fallback, or when that fails."""
-    g = region.graph
-
-    def run(*inputs: torch.Tensor) -> list[torch.Tensor]:
-        return [t.contiguous() for t in reference(g, inputs)]
-
-    return run
 
 
 def _built(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Callable[..., list[torch.Tensor]] | None, str]:
@@ -336,21 +376,6 @@ def _built(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Callable[..., list[t
         return run, ""
     except Exception as e:  # the plan fails here: Inductor's code runs the region
         return None, failure_reason(e, 200)
-
-
-def _lazy_inductor(g: OpGraph, mode: str) -> Callable[..., list[torch.Tensor]]:
-    """Inductor's code for a region that a previous process raced, compiled at its first call (compiling the
-    whole graph inlines such regions, so it is only needed when that fails or in the interpreter)."""
-    from fusionsearch.dynamo.race import inductor_region
-
-    compiled: list[Callable[..., list[torch.Tensor]]] = []
-
-    def run(*tensors: torch.Tensor) -> list[torch.Tensor]:
-        if not compiled:
-            compiled.append(inductor_region(g, tensors, mode))
-        return compiled[0](*tensors)
-
-    return run
 
 
 def _label(g: OpGraph) -> str:
@@ -374,62 +399,6 @@ def tune_model(model: torch.nn.Module, *example_inputs: torch.Tensor, progress: 
             raise FusionSearchError(str(e)) from None
         compiler.regions(g, [*example_inputs, *module_state(model)], device, progress)
     return compiler.stats
-
-
-def _written(program: CapturedProgram) -> list[int]:
-    """Indices of the graph inputs the program writes in place."""
-    return [program.graph.inputs.index(name) for name in program.mutated]
-
-
-def _write_back(program: CapturedProgram, args: Sequence[torch.Tensor], outputs: list[torch.Tensor]
-                ) -> list[torch.Tensor]:
-    """Write each in-place result into its input, as eager PyTorch did; returns what the program returns."""
-    for index, value in zip(_written(program), outputs[program.returned:], strict=True):
-        if value is not args[index]:
-            args[index].copy_(value)
-    return outputs[:program.returned]
-
-
-def _one_by_one(program: CapturedProgram, steps: Sequence[_Step]) -> Callable[..., list[torch.Tensor]]:
-    """The regions called in order, each on the values it reads, in-place results written back at the end."""
-    g = program.graph
-
-    def call(*args: torch.Tensor) -> list[torch.Tensor]:
-        values = dict(zip(g.inputs, args, strict=True))
-        for step in steps:
-            values.update(zip(step.outputs, step.run(*[values[i] for i in step.inputs]), strict=True))
-        return _write_back(program, args, [values[o] for o in g.outputs])
-
-    return call
-
-
-def _inductor_whole(program: CapturedProgram, steps: Sequence[_Step], values: list[torch.Tensor],
-                    mode: str = "default") -> Callable[..., Any]:
-    """The whole graph compiled by Inductor in `mode`: glue and the regions whose race Inductor won traced in
-    as eager PyTorch runs them (so Inductor fuses across them), each region that kept its plan one call of
-    torch.ops.fusionsearch.region (dynamo/region_op.py); in-place results are written back inside the graph,
-    where Inductor turns a functional scatter into a cache and its write-back into one in-place scatter."""
-    from torch._inductor import config
-    from torch._inductor.compile_fx import compile_fx
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from fusionsearch.dynamo.region_op import region, register_region
-
-    g = program.graph
-    keys = [register_region(step.run, step.region.graph) if step.kind == "plan" else None for step in steps]
-
-    def whole(*args: torch.Tensor) -> list[torch.Tensor]:
-        known = dict(zip(g.inputs, args, strict=True))
-        for step, key in zip(steps, keys, strict=True):
-            parts = [known[i] for i in step.inputs]
-            outs = reference(step.region.graph, parts) if key is None else region(key, parts)
-            known.update(zip(step.outputs, outs, strict=True))
-        return _write_back(program, args, [known[o] for o in g.outputs])
-
-    with torch._guards.tracing(None):  # fresh fake tensors, not those of Dynamo's compile in progress
-        traced = make_fx(whole)(*values)
-    with config.patch(inductor_options(mode)):
-        return compile_fx(traced, values)
 
 
 def _traced(module: torch.nn.Module, example_inputs: list[torch.Tensor]) -> CapturedProgram:

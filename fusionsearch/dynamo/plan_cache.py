@@ -20,6 +20,7 @@ from fusionsearch.plan import Plan
 __all__ = ["PlanCache", "default_cache_dir"]
 
 FORMAT = "fusionsearch-plan-cache-v1"
+STEP_FORMAT = "fusionsearch-step-race-v1"
 
 
 def default_cache_dir() -> str:
@@ -59,9 +60,28 @@ class PlanCache:
 
     def store(self, key: str, g: OpGraph, plan: Plan, best_us: float, extra: dict[str, Any] | None = None) -> str:
         """Write the plan atomically; returns the file's path."""
+        return self._write(key, {"format": FORMAT, "graph": g.signature_hash(), "plan": plan.to_dict(),
+                                 "best_us": best_us, **(extra or {})})
+
+    def load_step(self, key: str, g: OpGraph) -> dict[str, Any] | None:
+        """The step race stored for the whole graph `g` (dynamo/step_race.py), or None (none, damaged, another
+        graph's)."""
+        try:
+            with open(self._path(key)) as f:
+                record = json.load(f)
+            if record.get("format") != STEP_FORMAT or record.get("graph") != g.signature_hash():
+                return None
+            step = record["step"]
+            return step if isinstance(step, dict) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def store_step(self, key: str, g: OpGraph, step: dict[str, Any]) -> str:
+        """Write the step race of the whole graph `g` atomically; returns the file's path."""
+        return self._write(key, {"format": STEP_FORMAT, "graph": g.signature_hash(), "step": step})
+
+    def _write(self, key: str, record: dict[str, Any]) -> str:
         os.makedirs(self.directory, exist_ok=True)
-        record = {"format": FORMAT, "graph": g.signature_hash(), "plan": plan.to_dict(), "best_us": best_us,
-                  **(extra or {})}
         path = self._path(key)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:

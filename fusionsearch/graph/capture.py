@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from fusionsearch.errors import FusionSearchError, GraphError
+from fusionsearch.graph.matmul_folding import fold_broadcast_bmm
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.ops_extern import encode_arg
 from fusionsearch.graph.registry import dtype_name, get_op
@@ -249,6 +250,7 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphMo
         raise GraphError(f"tracing {getattr(fn, '__name__', 'the function')} failed: {first}") from None
     finally:
         fake_log.setLevel(level)
+    fold_broadcast_bmm(gm)  # one weight broadcast over a batch of rows: one mm (graph/matmul_folding.py)
     gm.graph.eliminate_dead_code()
     return gm
 

@@ -241,7 +241,8 @@ def test_tune_model_bad_input_is_one_line_and_exit_2(argv: list[str], message: s
 def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
     """The whole graph handed to Inductor with each tuned region one fusionsearch::region call: it computes
     what the regions run one by one compute. Inductor's CPU code and the interpreter here; GPUs in the backend."""
-    from fusionsearch.dynamo.backend import BackendOptions, _Compiler, _inductor_whole
+    from fusionsearch.dynamo.backend import BackendOptions, _Compiler
+    from fusionsearch.dynamo.join import inductor_whole
     from fusionsearch.graph.capture import CapturedProgram, capture
 
     class Block(torch.nn.Module):
@@ -269,7 +270,7 @@ def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
         for step in steps:
             env.update(zip(step.outputs, step.run(*[env[i] for i in step.inputs]), strict=True))
         one_by_one = [env[o] for o in g.outputs]
-        whole = _inductor_whole(CapturedProgram(g, len(g.outputs), ()), steps, values)
+        whole = inductor_whole(CapturedProgram(g, len(g.outputs), ()), steps, values)
         got = list(whole(*values))
         eager = block(x, r)
     assert len(got) == len(one_by_one) == 1

@@ -90,7 +90,7 @@ def _raced(tmp_path: Path, faster: str) -> tuple[Any, torch.Tensor, object, list
     torch.manual_seed(0)
     block = _Block().eval()
     compiler = _Compiler(BackendOptions(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model",
-                                        inductor="default"), timer=timer)
+                                        inductor="default", step_race=False), timer=timer)
     x = torch.randn(8, 32)
     compiled = torch.compile(block, backend=compiler, dynamic=False)
     with torch.no_grad():
@@ -131,7 +131,7 @@ def test_a_cached_race_is_not_run_again(tmp_path: Path) -> None:
     _raced(tmp_path, "inductor")
     calls: list[object] = []
     again = _Compiler(BackendOptions(trials=2, fallback="eager", cache=str(tmp_path), search_backend="model",
-                                     inductor="default"), timer=lambda c: calls.append(c) or {})
+                                     inductor="default", step_race=False), timer=lambda c: calls.append(c) or {})
     torch.manual_seed(0)
     block = _Block().eval()
     x = torch.randn(8, 32)
@@ -212,7 +212,8 @@ def test_inductor_compiles_a_decoder_step_around_the_regions_and_writes_the_kv_c
         tmp_path: Path) -> None:
     """The GPU path's whole-graph compile (Inductor's CPU code here, the regions' plans in the interpreter): the
     write-back of the caches is traced into Inductor's graph, and the step's logits and caches match eager."""
-    from fusionsearch.dynamo.backend import BackendOptions, _Compiler, _inductor_whole
+    from fusionsearch.dynamo.backend import BackendOptions, _Compiler
+    from fusionsearch.dynamo.join import inductor_whole
     from fusionsearch.graph.capture import capture_program, module_state
 
     model, eager = _llama(False), _llama(False)
@@ -222,7 +223,7 @@ def test_inductor_compiles_a_decoder_step_around_the_regions_and_writes_the_kv_c
         values = [idx, pos, *module_state(model)]
         compiler = _Compiler(BackendOptions(trials=2, search_backend="model", cache=str(tmp_path)))
         steps = compiler.regions(program.graph, values, "cpu-interpreter")
-        whole = _inductor_whole(program, steps, values, "default")
+        whole = inductor_whole(program, steps, values, "default")
         (out,) = whole(*values)
         ref = eager(idx, pos)
     assert any(s.kind == "plan" for s in steps) and program.mutated

@@ -1,0 +1,74 @@
+"""A batched matmul against one broadcast matrix, folded into one mm before the traced graph is mapped.
+
+`F.linear(x, w)` on a 3-D `x` folds into one mm only where x's leading dims are contiguous in the sense
+aten's matmul checks (`should_fold`). gpt-fast's attention output, `y.transpose(1, 2).contiguous().view(b, s,
+d)` at one token a step, has a size-1 dim whose stride breaks that check, so the output projection traces as
+`bmm(x, w.t().expand(b, d, d))`: b matmuls of one row each, every one reading the whole weight, where one mm
+of b rows reads it once (and reaches the decode kind). The fold computes the same values: each batch's rows
+times the same matrix."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+__all__ = ["fold_broadcast_bmm"]
+
+_aten = torch.ops.aten
+_VIEWS = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
+
+
+def _broadcast_matrix(node: object) -> fx.Node | None:
+    """The [k, n] (or [1, k, n]) value that `node`, a [b, k, n] bmm operand, broadcasts over the batch through
+    views and one expand; None when it is anything else."""
+    while isinstance(node, fx.Node) and node.op == "call_function" and node.target in _VIEWS:
+        src = node.args[0]
+        if not isinstance(src, fx.Node) or _shape(src) != _shape(node):
+            break
+        node = src
+    if not (isinstance(node, fx.Node) and node.op == "call_function" and node.target == _aten.expand.default):
+        return None
+    src = node.args[0]
+    shape = _shape(src) if isinstance(src, fx.Node) else None
+    if shape is None or len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1):
+        return None
+    return src if isinstance(src, fx.Node) else None
+
+
+def _shape(node: fx.Node) -> tuple[int, ...] | None:
+    val = node.meta.get("val")
+    return tuple(int(s) for s in val.shape) if isinstance(val, torch.Tensor) else None
+
+
+def _call(graph: fx.Graph, target: object, args: tuple[object, ...], shape: list[int], dtype: torch.dtype
+          ) -> fx.Node:
+    node = graph.call_function(target, args)  # type: ignore[arg-type]
+    node.meta["val"] = torch.empty(shape, dtype=dtype, device="meta")
+    return node
+
+
+def fold_broadcast_bmm(gm: fx.GraphModule) -> int:
+    """Rewrite each `bmm(a [b, m, k], expand(w) [b, k, n])` whose `w` is one [k, n] matrix as
+    `view(mm(view(a, [b*m, k]), w), [b, m, n])`, in place; returns how many were folded. Dead code is left
+    for the caller to eliminate."""
+    folded = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target != _aten.bmm.default:
+            continue
+        a, b = node.args[:2]
+        w = _broadcast_matrix(b)
+        out = node.meta.get("val")
+        if w is None or not isinstance(a, fx.Node) or _shape(a) is None or not isinstance(out, torch.Tensor):
+            continue
+        batch, m, k = _shape(a)  # type: ignore[misc]
+        n = int(out.shape[2])
+        with gm.graph.inserting_before(node):
+            rows = _call(gm.graph, _aten.view.default, (a, [batch * m, k]), [batch * m, k], out.dtype)
+            if len(_shape(w) or ()) == 3:
+                w = _call(gm.graph, _aten.view.default, (w, [k, n]), [k, n], out.dtype)
+            mm = _call(gm.graph, _aten.mm.default, (rows, w), [batch * m, n], out.dtype)
+            back = _call(gm.graph, _aten.view.default, (mm, [batch, m, n]), [batch, m, n], out.dtype)
+        node.replace_all_uses_with(back)
+        gm.graph.erase_node(node)
+        folded += 1
+    return folded
