@@ -253,3 +253,62 @@ def test_choosing_the_grouped_kind_fuses_its_expert_gather_so_no_draw_is_illegal
                 fused = params[f"{chain_group.key}.fusion"] == f"prologue:mm{i}:B"
                 assert bool(k.prologue_b) == fused
     assert grouped_drawn > 100
+
+
+@pytest.mark.parametrize("tokens", [1, 6])  # at one token einsum moves the size-1 dims elsewhere
+def test_gpt_fasts_einsum_moe_block_reaches_the_grouped_kind_and_matches_eager(tokens: int) -> None:
+    """gpt-fast's mixtral block as written (softmax and top-2 routing, experts' weights gathered by index, the
+    einsums traced as permutes and views of the gathered weights): its three expert bmms are recognised, the
+    search offers the grouped kind for them, and the plan that runs them grouped matches eager."""
+    import sys
+    from pathlib import Path
+
+    from fusionsearch.search.space import kind_seed_plans
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks.models import moe
+
+    block = moe.build(moe.tiny(), torch.float32, "cpu")
+    x = torch.randn(tokens, moe.tiny().dim, generator=torch.Generator().manual_seed(tokens))
+    g = fs.capture(block, x)
+    routed = {mm: r for mm in g.nodes_of_kind("template") if (r := expert_routing(g, mm)) is not None}
+    assert sorted((r.cols, r.pairs_per_batch) for r in routed.values()) == [(32, 1), (48, 2), (48, 2)]
+    assert all((r.experts, r.top, r.tokens) == (4, 2, tokens) for r in routed.values())
+    space = enumerate_space(g)
+    (seed,) = [s for s in kind_seed_plans(space) if any(str(v).startswith("grouped") for v in s.values())]
+    plan = space.plan(seed)
+    assert sorted(k.matmul for k in plan.kernels if k.kind == "grouped") == sorted(routed)
+    with torch.no_grad():
+        want = block(x)
+    got = fs.compile_plan(plan)(x, *fs.graph.capture.module_state(block))
+    got = got[0] if isinstance(got, list | tuple) else got
+    assert rel_error(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16])
+def test_gpt_fasts_int8_linear_reaches_the_decode_kind_with_its_scale_as_epilogue(rows: int) -> None:
+    """`F.linear(x, w.to(x.dtype)) * scales` (gpt-fast's WeightOnlyInt8Linear) at Llama-2-7B's 4096->11008: the
+    search offers the decode kind, whose plan takes the int8 cast into its weight loads and the scale as its
+    epilogue; the same plan at a small shape matches eager in the interpreter."""
+    import torch.nn.functional as F
+
+    from fusionsearch.search.space import kind_seed_plans
+
+    def linear(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w.to(x.dtype)) * s
+
+    for k_dim, n_dim in ((4096, 11008), (96, 80)):
+        gen = torch.Generator().manual_seed(rows)
+        x = torch.randn(rows, k_dim, generator=gen)
+        w = torch.randint(-127, 128, (n_dim, k_dim), generator=gen, dtype=torch.int8)
+        s = torch.rand(n_dim, generator=gen) / 512
+        g = fs.capture(linear, x, w, s)
+        space = enumerate_space(g)
+        (seed,) = [p for p in kind_seed_plans(space) if str(p["mm0.config"]).startswith("decode")]
+        plan = space.plan(seed)
+        (k,) = plan.kernels
+        assert k.kind == "decode" and [g.node(n).op for n in k.epilogue] == ["mul"]
+        assert "cast" in [g.node(n).op for n in k.prologue_b]
+    got = fs.compile_plan(plan)(x, w, s)
+    got = got[0] if isinstance(got, list | tuple) else got
+    assert rel_error(got, linear(x.double(), w, s.double())) <= 1e-6

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.graph.opgraph import Node, OpGraph
 from fusionsearch.plan.matmul import template_operands
 
 _GATHERS = ("index", "index_select", "embedding")
@@ -74,18 +74,50 @@ def expert_routing(g: OpGraph, mm: str) -> ExpertRouting | None:
     if len(table.shape) != 3 or len(router.shape) != 2 or router.dtype not in _ROUTER_DTYPES:
         return None
     (experts, cols, k), (tokens, top) = table.shape, router.shape
+    per_batch = _viewed_then_swapped(layouts, tokens, top, cols, k) or _permuted_then_viewed(layouts, tokens, top,
+                                                                                               cols, k)
+    if per_batch is None or k != b.shape[1] or a.shape[0] != b.shape[0]:
+        return None
+    return ExpertRouting(n, router.name, experts, top, tokens, cols, per_batch, tuple(chain))
+
+
+def _viewed_then_swapped(layouts: list[Node], tokens: int, top: int, cols: int, k: int) -> int | None:
+    """Pairs per batch where the gathered [T, A, R, C] is viewed as [T, A*R, C] (by token: A) or [T*A, R, C] (by
+    pair: 1), then its last two dims swapped (the bmms as written by hand); None for another layout."""
     if [x.op for x in reversed(layouts)] not in (["view", "transpose"], ["reshape", "transpose"]):
         return None
     view, swap = layouts[1], layouts[0]
     rank = len(swap.shape)
-    if {swap.attrs.get("dim0", 0) % rank, swap.attrs.get("dim1", 1) % rank} != {1, 2} or k != b.shape[1]:
+    if {swap.attrs.get("dim0", 0) % rank, swap.attrs.get("dim1", 1) % rank} != {1, 2}:
         return None
-    if tuple(view.shape) == (tokens, top * cols, k):
-        per_batch = top
-    elif tuple(view.shape) == (tokens * top, cols, k):
-        per_batch = 1
-    else:
+    return {(tokens, top * cols, k): top, (tokens * top, cols, k): 1}.get(tuple(view.shape))
+
+
+def _permuted_then_viewed(layouts: list[Node], tokens: int, top: int, cols: int, k: int) -> int | None:
+    """The same two layouts as einsum traces them (gpt-fast's 'ti,taoi->tao' and 'tao,taio->tai'): the gathered
+    [T, A, R, C] permuted (any chain of permutes and transposes) to [T, C, A, R] and viewed as [T, C, A*R] (by
+    token: A pairs a batch), or to [T, A, C, R] and viewed as [T*A, C, R] (by pair: 1), dims of size 1 anywhere
+    (einsum moves them at one token); None otherwise."""
+    order = [0, 1, 2, 3]
+    steps = list(reversed(layouts))
+    for node in steps[:-1]:
+        if node.op == "permute" and len(node.attrs["dims"]) == 4:
+            order = [order[d] for d in node.attrs["dims"]]
+        elif node.op == "transpose" and len(node.shape) == 4:
+            d0, d1 = node.attrs.get("dim0", 0) % 4, node.attrs.get("dim1", 1) % 4
+            order[d0], order[d1] = order[d1], order[d0]
+        else:
+            return None
+    if not steps or steps[-1].op not in ("view", "reshape"):
         return None
-    if a.shape[0] != b.shape[0]:
-        return None
-    return ExpertRouting(n, router.name, experts, top, tokens, cols, per_batch, tuple(chain))
+    unit = {d for d, size in enumerate((tokens, top, cols, k)) if size == 1}  # where they lie changes no index
+
+    def moved(canonical: list[int]) -> bool:
+        return [d for d in order if d not in unit] == [d for d in canonical if d not in unit]
+
+    shape = tuple(steps[-1].shape)
+    if moved([0, 3, 1, 2]) and shape == (tokens, k, top * cols):
+        return top
+    if moved([0, 1, 3, 2]) and shape == (tokens * top, k, cols):
+        return 1
+    return None
