@@ -18,7 +18,7 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from fusionsearch.errors import FusionSearchError, GraphError
-from fusionsearch.graph.matmul_folding import fold_broadcast_bmm
+from fusionsearch.graph.matmul_folding import fold_broadcast_bmm, rows_first_bmm
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.ops_extern import encode_arg
 from fusionsearch.graph.registry import dtype_name, get_op
@@ -251,6 +251,7 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphMo
     finally:
         fake_log.setLevel(level)
     fold_broadcast_bmm(gm)  # one weight broadcast over a batch of rows: one mm (graph/matmul_folding.py)
+    rows_first_bmm(gm)  # matrices times one column: one row times the transposed matrices
     gm.graph.eliminate_dead_code()
     return gm
 

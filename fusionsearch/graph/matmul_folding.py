@@ -1,4 +1,6 @@
-"""A batched matmul against one broadcast matrix, folded into one mm before the traced graph is mapped.
+"""Batched matmuls rewritten before the traced graph is mapped, into the forms the matmul kinds take: one
+against a broadcast matrix folded into one mm, and one that multiplies each matrix by a single column turned
+into a row times the transposed matrix.
 
 `F.linear(x, w)` on a 3-D `x` folds into one mm only where x's leading dims are contiguous in the sense
 aten's matmul checks (`should_fold`). gpt-fast's attention output, `y.transpose(1, 2).contiguous().view(b, s,
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-__all__ = ["fold_broadcast_bmm"]
+__all__ = ["fold_broadcast_bmm", "rows_first_bmm"]
 
 _aten = torch.ops.aten
 _VIEWS = (_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default)
@@ -72,3 +74,30 @@ def fold_broadcast_bmm(gm: fx.GraphModule) -> int:
         gm.graph.erase_node(node)
         folded += 1
     return folded
+
+
+def rows_first_bmm(gm: fx.GraphModule) -> int:
+    """Rewrite each `bmm(w [b, m, k], x [b, k, 1])` with m > 1 (a matrix times one column: `transformers`'
+    batched MoE experts, their gathered weights first) as `transpose(bmm(transpose(x), transpose(w)), 1, 2)`:
+    the same values, as one row against the transposed matrix, the form of the decode and grouped kinds
+    (M = 1, the weight the B operand). Returns how many were rewritten."""
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target != _aten.bmm.default:
+            continue
+        w, x = node.args[:2]
+        out = node.meta.get("val")
+        if not (isinstance(w, fx.Node) and isinstance(x, fx.Node) and isinstance(out, torch.Tensor)):
+            continue
+        (batch, m, k), n = _shape(w) or (0, 0, 0), int(out.shape[2])
+        if n != 1 or m == 1:
+            continue
+        with gm.graph.inserting_before(node):
+            row = _call(gm.graph, _aten.transpose.int, (x, 1, 2), [batch, 1, k], out.dtype)
+            wt = _call(gm.graph, _aten.transpose.int, (w, 1, 2), [batch, k, m], out.dtype)
+            mm = _call(gm.graph, _aten.bmm.default, (row, wt), [batch, 1, m], out.dtype)
+            back = _call(gm.graph, _aten.transpose.int, (mm, 1, 2), [batch, m, 1], out.dtype)
+        node.replace_all_uses_with(back)
+        gm.graph.erase_node(node)
+        rewritten += 1
+    return rewritten

@@ -51,3 +51,21 @@ def test_a_bmm_of_distinct_matrices_stays_a_bmm() -> None:
     g = fs.capture(lambda x, y: torch.bmm(x, y) * 2, a, b)
     assert [g.node(m).op for m in g.nodes_of_kind("template")] == ["bmm"]
     assert torch.allclose(fs.reference(g, [a, b])[0], torch.bmm(a, b) * 2)
+
+
+def test_matrices_times_one_column_are_captured_as_one_row_times_the_transposed_matrices() -> None:
+    """bmm(w [b, m, k], x [b, k, 1]) (transformers' batched experts) becomes bmm(x^T, w^T) transposed back: the
+    rows-first form of the decode and grouped kinds, the same values."""
+    g_ = torch.Generator().manual_seed(0)
+    w, x = torch.randn(6, 40, 24, generator=g_), torch.randn(6, 24, generator=g_)
+
+    def experts(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(w, x.unsqueeze(-1)).squeeze(-1) * 2
+
+    g = fs.capture(experts, w, x)
+    (mm,) = g.nodes_of_kind("template")
+    assert g.node(mm).op == "bmm" and g.node(mm).shape == (6, 1, 40)
+    got = fs.reference(g, [w, x], float64=True)[0]
+    assert torch.allclose(got, experts(w.double(), x.double()), rtol=1e-12, atol=1e-12)
+    out = compile_plan(heuristic(g)).module.run(w, x)[0]
+    assert torch.allclose(out.double(), experts(w.double(), x.double()), rtol=1e-5, atol=1e-5)

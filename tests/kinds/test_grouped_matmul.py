@@ -312,3 +312,41 @@ def test_gpt_fasts_int8_linear_reaches_the_decode_kind_with_its_scale_as_epilogu
     got = fs.compile_plan(plan)(x, w, s)
     got = got[0] if isinstance(got, list | tuple) else got
     assert rel_error(got, linear(x.double(), w, s.double())) <= 1e-6
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 40])  # 80 pairs: past INLINE_PAIRS, a routing kernel first
+def test_transformers_batched_mixtral_experts_reach_the_grouped_kind_and_match_eager(tokens: int) -> None:
+    """transformers' MixtralSparseMoeBlock with batched_mm experts (the pairs flattened, each pair's expert weight
+    gathered by a 1-D index, the weight first times the token's column): capture turns each expert product into
+    a row times the transposed weight, the grouped kind takes both, and the plan that runs them grouped matches
+    the float64 reference, region by region as the backend searches them."""
+    import transformers
+
+    from fusionsearch.search.space import kind_seed_plans
+
+    cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2)
+    cfg._experts_implementation = "batched_mm"
+    torch.manual_seed(tokens)
+    block = transformers.MixtralForCausalLM(cfg).eval().model.layers[0].mlp
+    x = torch.randn(1, tokens, 32, generator=torch.Generator().manual_seed(tokens))
+    g = fs.capture(block, x)
+    routed = {mm: r for mm in g.nodes_of_kind("template") if (r := expert_routing(g, mm)) is not None}
+    assert sorted((r.cols, r.tokens, r.top, r.pairs_per_batch) for r in routed.values()) == [
+        (32, 2 * tokens, 1, 1), (96, 2 * tokens, 1, 1)]
+    done: list[str] = []
+    from fusionsearch.dynamo.regions import partition
+
+    for region in partition(g):  # as the backend searches it: region by region
+        mms = [mm for mm in region.graph.nodes_of_kind("template") if expert_routing(region.graph, mm)]
+        if not mms:
+            continue
+        space = enumerate_space(region.graph)
+        (seed,) = [s for s in kind_seed_plans(space) if any(str(v).startswith("grouped") for v in s.values())]
+        plan = space.plan(seed)
+        assert [k.matmul for k in plan.kernels if k.kind == "grouped"] == mms
+        inputs = fs.random_inputs(region.graph, seed=tokens)
+        assert_matches_float64(plan, region.graph, inputs)
+        done.extend(mms)
+    assert len(done) == 2

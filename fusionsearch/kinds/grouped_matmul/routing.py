@@ -5,7 +5,8 @@ indices: B = transpose(view(table[idx])) with table [E, R, C] (E experts, R outp
 idx [T, A] (T tokens, each sent to A experts). Two layouts of the pairs occur (gpt-fast's mixtral):
 
 - by token: view [T, A*R, C], so batch t holds its A pairs side by side in N (column a*R + r);
-- by pair: view [T*A, R, C], so batch p = t*A + a is one pair.
+- by pair: view [T*A, R, C], so batch p = t*A + a is one pair; or, with the router already flat (idx [P],
+  one expert a pair: `transformers`' batched_mm experts), table[idx] [P, R, C] with no view.
 
 Either way pair p = t*A + a writes R contiguous outputs of one expert. Recognised here from the graph alone,
 so the kind accepts exactly the matmuls whose every B column block belongs to one expert."""
@@ -71,14 +72,25 @@ def expert_routing(g: OpGraph, mm: str) -> ExpertRouting | None:
         n = cur.inputs[0]
     chain.append(n)
     table, router = (g.node(x) for x in g.node(n).inputs)
-    if len(table.shape) != 3 or len(router.shape) != 2 or router.dtype not in _ROUTER_DTYPES:
+    if len(table.shape) != 3 or len(router.shape) not in (1, 2) or router.dtype not in _ROUTER_DTYPES:
         return None
-    (experts, cols, k), (tokens, top) = table.shape, router.shape
-    per_batch = _viewed_then_swapped(layouts, tokens, top, cols, k) or _permuted_then_viewed(layouts, tokens, top,
-                                                                                               cols, k)
+    (experts, cols, k), (tokens, top) = table.shape, (*router.shape, 1)[:2]
+    if len(router.shape) == 1:  # one expert per row, the pairs flattened (transformers' batched_mm experts)
+        per_batch = 1 if _swapped(layouts) else None
+    else:
+        per_batch = _viewed_then_swapped(layouts, tokens, top, cols, k) or _permuted_then_viewed(
+            layouts, tokens, top, cols, k)
     if per_batch is None or k != b.shape[1] or a.shape[0] != b.shape[0]:
         return None
     return ExpertRouting(n, router.name, experts, top, tokens, cols, per_batch, tuple(chain))
+
+
+def _swapped(layouts: list[Node]) -> bool:
+    """The gathered [P, R, C] (one expert per pair) with its last two dims swapped, and nothing else."""
+    if [x.op for x in layouts] != ["transpose"]:
+        return False
+    d0, d1 = layouts[0].attrs.get("dim0", 0) % 3, layouts[0].attrs.get("dim1", 1) % 3
+    return {d0, d1} == {1, 2}
 
 
 def _viewed_then_swapped(layouts: list[Node], tokens: int, top: int, cols: int, k: int) -> int | None:

@@ -73,7 +73,8 @@ def generate_grouped(g: OpGraph, k: GroupedKernel, stored: set[str], name: str, 
 
 def _expert_ids(src: Source, arg: BufferArg, r: ExpertRouting, other: int) -> None:
     """`expert`: each pair's expert (torch's negative indices counted from the end), `other` past the pairs."""
-    where = offset(arg, (Idx(f"pair_ids // {r.top}"), Idx(f"pair_ids % {r.top}")))
+    index = (Idx(f"pair_ids // {r.top}"), Idx(f"pair_ids % {r.top}")) if len(arg.strides) == 2 else (Idx("pair_ids"),)
+    where = offset(arg, index)  # idx [T, A], or [P] already flat
     src.line("pair_ids = tl.arange(0, BLOCK_P)")
     src.line(f"mask_p = pair_ids < {r.pairs}")
     src.line(f"ids = tl.load({arg.ptr} + {where}, mask=mask_p, other=0).to(tl.int32)")
