@@ -67,14 +67,18 @@ TORCH_MODES = {"torch_compile": "default", "reduce_overhead": "reduce-overhead",
                "max_autotune_no_cudagraphs": "max-autotune-no-cudagraphs"}
 CASES = ("llama-int8 decode b1", "llama-int8 decode b4", "llama-int8 decode b16", "llama-bf16 decode b1",
          "llama-bf16 decode b4", "llama-bf16 decode b16", "llama-bf16 prefill 512", "moe-bf16 decode b1",
-         "moe-bf16 decode b16")
+         "moe-bf16 decode b16", "hfllama-int8 decode b1", "hfllama-int8 decode b4", "hfllama-int8 decode b16",
+         "hfllama-bf16 decode b1", "hfllama-bf16 decode b16", "hfmixtral-bf16 decode b1", "hfmixtral-bf16 decode b16")
+DECODERS = ("llama", "hfllama", "hfmixtral")  # models with a KV cache: decode steps, caches checked
+HF = ("hfllama", "hfmixtral")  # transformers' own code (benchmarks/models/hf.py)
 TOLERANCE = 1e-2  # bf16, relative (Frobenius) against eager: the bar only where no float32 reference ran
 FLOAT32_SLACK = 1e-3  # a mode may differ from the float32 run by twice eager's own error plus this
 
 
 @dataclass(frozen=True)
 class Case:
-    """One row: the model ('llama' or 'moe'), int8 weights or not, batch and tokens a step."""
+    """One row: the model ('llama' or 'moe', written here in gpt-fast's form; 'hfllama' or 'hfmixtral',
+    transformers' own code), int8 weights or not, batch and tokens a step."""
 
     name: str
     model: str
@@ -86,7 +90,7 @@ class Case:
     def parse(name: str) -> Case:
         model, kind, shape = name.split()
         family, dtype = model.split("-")
-        if family not in ("llama", "moe") or dtype not in ("bf16", "int8") or kind not in ("decode", "prefill"):
+        if family not in ("moe", *DECODERS) or dtype not in ("bf16", "int8") or kind not in ("decode", "prefill"):
             raise ValueError(f"case {name!r}: write 'llama-int8 decode b16', 'llama-bf16 prefill 512', 'moe-bf16 ...'")
         number = int(shape.lstrip("b"))
         batch, tokens = (number, 1) if kind == "decode" else (1, number)
@@ -111,18 +115,14 @@ class Workload:
     def __init__(self, case: Case, setup: Setup) -> None:
         self.case, self.setup = case, setup
         gen = torch.Generator().manual_seed(1)
-        if case.model == "llama":
-            args = llama.llama2_7b(setup.layers) if setup.preset == "full" else llama.tiny(setup.layers)
-            self.model = llama.build(args, setup.dtype, setup.device)
-            if case.int8:
-                llama.quantize_int8(self.model)
-            self.model.setup_caches(case.batch, setup.dtype, setup.device)
-            tokens = min(case.tokens, args.max_seq_len // 2)  # the tiny preset's cache holds 32 positions
-            start = args.max_seq_len // 2 if tokens == 1 else 0  # decode steps meet a half-full cache
+        if case.model in DECODERS:
+            vocab = self._build_decoder(case, setup)
+            tokens = min(case.tokens, self.cache_len // 2)  # the tiny preset's cache holds 32 positions
+            start = self.cache_len // 2 if tokens == 1 else 0  # decode steps meet a half-full cache
             steps = 4 if tokens == 1 else 1
             self.positions = [torch.arange(start + i * tokens, start + (i + 1) * tokens, device=setup.device)
                               for i in range(steps)]
-            self.inputs = [(torch.randint(0, args.vocab_size, (case.batch, tokens), generator=gen)
+            self.inputs = [(torch.randint(0, vocab, (case.batch, tokens), generator=gen)
                             .to(setup.device), pos) for pos in self.positions]
             with torch.no_grad():  # a context in the caches, as a decode step meets it
                 for k in self.caches():
@@ -136,11 +136,39 @@ class Workload:
                            for _ in range(4)]
             self.state = []
 
+    def _build_decoder(self, case: Case, setup: Setup) -> int:
+        """The decoder of `case` in self.model with its KV cache allocated (self.cache_len positions); returns
+        its vocabulary size."""
+        full = setup.preset == "full"
+        if case.model == "llama":
+            args = llama.llama2_7b(setup.layers) if full else llama.tiny(setup.layers)
+            self.model = llama.build(args, setup.dtype, setup.device)
+            if case.int8:
+                llama.quantize_int8(self.model)
+            self.model.setup_caches(case.batch, setup.dtype, setup.device)
+            self.cache_len = args.max_seq_len
+            return args.vocab_size
+        from benchmarks.models import hf
+
+        config = ((hf.llama2_7b_config if case.model == "hfllama" else hf.mixtral_config)(setup.layers) if full
+                  else hf.tiny_config(case.model, setup.layers))
+        self.cache_len = 1024 if full else 32
+        self.model = hf.build(case.model, config, case.batch, self.cache_len, setup.dtype, setup.device)
+        if case.int8:
+            llama.quantize_int8(self.model.model)  # gpt-fast's WeightOnlyInt8Linear on its nn.Linear layers
+        with torch.no_grad():  # transformers allocates a StaticCache's tensors at the first step
+            self.model(torch.zeros(case.batch, 1, dtype=torch.long, device=setup.device),
+                       torch.zeros(1, dtype=torch.long, device=setup.device))
+        return int(config.vocab_size)
+
     def caches(self, model: torch.nn.Module | None = None) -> list[torch.Tensor]:
         """Every layer's KV cache of `model` (default: the case's own; the float32 check passes its copy)."""
+        model = model or self.model
+        if self.case.model in HF:
+            return model.caches()
         if self.case.model != "llama":
             return []
-        return [t for layer in (model or self.model).layers
+        return [t for layer in model.layers
                 for t in (layer.attention.kv_cache.k_cache, layer.attention.kv_cache.v_cache)]
 
     def reset(self) -> None:
@@ -152,15 +180,19 @@ class Workload:
         and the embedding table (a step reads only its tokens' rows); for the MoE block the top-k experts'
         weights of each token at most (all experts when the batch routes to all of them)."""
         skip = {id(t) for t in self.caches()}
-        total = 0
+        total, experts = 0, 0
         for name, t in [*self.model.named_parameters(), *self.model.named_buffers()]:
-            if id(t) in skip or name in ("freqs_cis", "causal_mask") or name.startswith("tok_embeddings"):
+            if id(t) in skip or name.rsplit(".", 1)[-1] in ("freqs_cis", "causal_mask", "inv_freq") or \
+                    "tok_embeddings" in name or "embed_tokens" in name:
                 continue
-            total += t.numel() * t.element_size()
-        if self.case.model == "moe":
-            args = moe.mixtral() if self.setup.preset == "full" else moe.tiny()
-            touched = min(args.n_experts, self.case.batch * self.case.tokens * args.top_k)
-            total = total * touched // args.n_experts
+            if self.case.model == "moe" or ".experts." in name:
+                experts += t.numel() * t.element_size()
+            else:
+                total += t.numel() * t.element_size()
+        if experts:
+            n_experts, top = (8, 2) if self.setup.preset == "full" else (4, 2)
+            touched = min(n_experts, self.case.batch * self.case.tokens * top)
+            total += experts * touched // n_experts
         return total
 
 
@@ -252,7 +284,7 @@ def run_mode(w: Workload, mode: str, refs: list[list[torch.Tensor]] | None, args
             from fusionsearch.dynamo.profile import profile_step
 
             rec["profile"] = profile_step(lambda: fn(*step_inputs), steps=10).to_dict()
-        if args.generate and w.case.model == "llama" and w.case.tokens == 1:
+        if args.generate and w.case.model in DECODERS and w.case.tokens == 1:
             rec.update(generate(fn, w, args.generate))
         if be is not None:
             stats = be.stats
@@ -270,7 +302,7 @@ def generate(fn: Callable[..., Any], w: Workload, tokens: int) -> dict[str, Any]
     logits fed to the next, the position advancing), timed whole after one untimed run: the tokens/s users
     quote, host work between steps included."""
     idx, pos = w.inputs[0]
-    limit = w.model.layers[0].attention.kv_cache.k_cache.shape[2] - int(pos[0])
+    limit = w.cache_len - int(pos[0])
     tokens = min(tokens, limit)
 
     def loop() -> None:
@@ -295,7 +327,7 @@ def generate(fn: Callable[..., Any], w: Workload, tokens: int) -> dict[str, Any]
 def run_case(case: Case, setup: Setup, args: argparse.Namespace, bandwidth: float | None,
              write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     w = Workload(case, setup)
-    row: dict[str, Any] = {"case": case.name, "layers": setup.layers if case.model == "llama" else None,
+    row: dict[str, Any] = {"case": case.name, "layers": setup.layers if case.model in DECODERS else None,
                            "weight_bytes": w.weight_bytes(), "variants": {}}
     refs, bar = None, None
     try:
