@@ -45,7 +45,10 @@ def capture(fn: Callable[[], list[torch.Tensor]]) -> tuple[Any, list[torch.Tenso
     returns, which every replay overwrites."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
+    # thread_local: a CUDA call another thread makes meanwhile (Inductor's compile workers, right after a
+    # compile inside the backend) does not invalidate the capture, as it did the step race's ("operation not
+    # permitted when stream is capturing"); only this thread's unsafe calls fail it.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         outputs = fn()
     torch.cuda.synchronize()
     return graph, outputs
