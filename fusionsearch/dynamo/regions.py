@@ -41,15 +41,14 @@ def partition(g: OpGraph) -> list[Region]:
     """The regions of `g` in an order that runs each after the regions it reads from."""
     order = [n for n in g.topo_order() if g.node(n).op != "input"]
     owner = _assign(g, order)
-    while True:  # a region that both feeds and reads another: its fused members become glue until none does
+    while True:  # a region that both feeds and reads another: what closes the loop becomes glue until none does
         graph = _region_graph(g, order, owner)
         cyclic = [c for c in nx.strongly_connected_components(graph) if len(c) > 1]
         if not cyclic:
             break
-        for key in set().union(*cyclic):
-            for n in order:
-                if owner[n] == key and n != key and g.node(n).kind != "template":
-                    owner[n] = n
+        for component in cyclic:
+            for key in component:
+                _unfuse_loop(g, order, owner, key, component)
     _merge_glue(g, order, owner)
     graph = _region_graph(g, order, owner)
     members: dict[str, list[str]] = {}
@@ -77,6 +76,26 @@ def _assign(g: OpGraph, order: list[str]) -> dict[str, str]:
     for n in order:
         owner.setdefault(n, n)
     return owner
+
+
+def _unfuse_loop(g: OpGraph, order: list[str], owner: dict[str, str], key: str, component: set[str]) -> None:
+    """Turn into glue the members of region `key` that read (directly or through other members) a value of a
+    region in the same cycle: an RMSNorm whose mean is an extern, say, whose pointwise tail the matmul's
+    epilogue took while the mean, glue, reads the epilogue's square. The matmul keeps its prologue (the int8
+    weight's cast) and the epilogue that comes before the loop. Where the matmul itself reads the loop, every
+    fused member becomes glue."""
+    if g.node(key).kind != "template":
+        return
+    members = [n for n in order if owner[n] == key]
+    tainted: set[str] = set()
+    for n in members:
+        if any(s in owner and (owner[s] in component and owner[s] != key or s in tainted) for s in g.node(n).inputs):
+            tainted.add(n)
+    if key in tainted:
+        tainted = {n for n in members if n != key}
+    for n in tainted:
+        if n != key:
+            owner[n] = n
 
 
 def _merge_glue(g: OpGraph, order: list[str], owner: dict[str, str]) -> None:

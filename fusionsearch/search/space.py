@@ -13,13 +13,13 @@ import functools
 import itertools
 import math
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 
-from fusionsearch.errors import PlanError
+from fusionsearch.errors import GraphError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds import MatmulKind, get, matmul_kinds
 from fusionsearch.kinds.library import LIBRARY  # a matmul's config choice: PyTorch's matmul (cuBLAS), nothing fused
@@ -226,20 +226,14 @@ def _stages(g: OpGraph, order: list[str], comp: set[str]) -> dict[str, int]:
     return {n: depth[n] for n in comp}
 
 
-def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
-                    configs: Mapping[str, tuple[TileConfig, ...]] | None = None, library: bool = False) -> Space:
-    """Build the candidate space of a graph: legal options per group, tile configs per matmul (and with
-    `library`, PyTorch's matmul as one more choice for each)."""
-    matmuls = tuple(g.nodes_of_kind("template"))
-    groups_nodes = fusion_groups(g)
-    cfgs = tuple((configs or {}).get(mm) or config_candidates(g, mm, fits, max_configs) for mm in matmuls)
-    others = tuple(tuple((label, kind.name) for kind in matmul_kinds() if kind.name not in _BUILT_IN_MATMUL_KINDS
-                         and kind.accepts(g, mm) for label in kind.choices(g, mm, fits, max_configs))  # type: ignore[arg-type]
-                   for mm in matmuls)
-    probe = Space(g, tuple(Group(f"g{i}", nodes, (STANDALONE,)) for i, nodes in enumerate(groups_nodes)),
+def _legal_groups(g: OpGraph, groups_nodes: Sequence[Sequence[str]], matmuls: tuple[str, ...],
+                  cfgs: tuple[tuple[TileConfig, ...], ...]) -> list[Group]:
+    """Each group of fusable nodes with the fusion options legal for it on its own (standalone, the epilogue of
+    a matmul it reads, a prologue of a matmul whose operand it makes)."""
+    probe = Space(g, tuple(Group(f"g{i}", tuple(nodes), (STANDALONE,)) for i, nodes in enumerate(groups_nodes)),
                   matmuls, cfgs)
     groups = []
-    window = _Window(g, groups_nodes)
+    window = _Window(g, [tuple(nodes) for nodes in groups_nodes])
     for i, nodes in enumerate(groups_nodes):
         key = f"g{i}"
         candidates = [STANDALONE]
@@ -251,12 +245,29 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
             for side, root in template_operands(g, mm).items():
                 if side in ("A", "B") and root in members:
                     candidates.append(f"prologue:mm{j}:{side}")
-        legal = []
-        for opt in candidates:
-            decision = _decision(probe, opt, key)
-            if window.legal(i, decision):
-                legal.append(opt)
-        groups.append(Group(key, nodes, tuple(legal)))
+        legal = [opt for opt in candidates if window.legal(i, _decision(probe, opt, key))]
+        groups.append(Group(key, tuple(nodes), tuple(legal)))
+    return groups
+
+
+def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
+                    configs: Mapping[str, tuple[TileConfig, ...]] | None = None, library: bool = False) -> Space:
+    """Build the candidate space of a graph: legal options per group, tile configs per matmul (and with
+    `library`, PyTorch's matmul as one more choice for each)."""
+    matmuls = tuple(g.nodes_of_kind("template"))
+    groups_nodes = fusion_groups(g)
+    cfgs = tuple((configs or {}).get(mm) or config_candidates(g, mm, fits, max_configs) for mm in matmuls)
+    others = tuple(tuple((label, kind.name) for kind in matmul_kinds() if kind.name not in _BUILT_IN_MATMUL_KINDS
+                         and kind.accepts(g, mm) for label in kind.choices(g, mm, fits, max_configs))  # type: ignore[arg-type]
+                   for mm in matmuls)
+    groups = _legal_groups(g, groups_nodes, matmuls, cfgs)
+    if any(not grp.options for grp in groups):  # no kernel can hold such a group whole: its nodes one by one
+        groups_nodes = [part for grp in groups for part in ([grp.nodes] if grp.options else
+                                                              [(n,) for n in grp.nodes])]
+        groups = _legal_groups(g, groups_nodes, matmuls, cfgs)
+    if empty := [grp for grp in groups if not grp.options]:
+        raise GraphError(f"no kernel can run node {empty[0].nodes[0]!r} ({g.node(empty[0].nodes[0]).op}) as the "
+                         "search builds kernels")
     return Space(g, tuple(groups), matmuls, cfgs, library, others if any(others) else ())
 
 

@@ -53,3 +53,28 @@ def test_repeated_layers_give_regions_with_one_signature() -> None:
     tuned = [r for r in _check(g) if r.tuned]
     assert len(tuned) == 3 and len({r.graph.signature_hash() for r in tuned}) == 1
     assert len({r.graph.to_dict().__repr__() for r in tuned}) == 1  # names too: one cached plan fits all
+
+
+def test_a_loop_through_glue_unfuses_only_what_closes_it() -> None:
+    """gpt-fast's int8 decoder: the residual add and the next RMSNorm's square join the matmul before them as
+    epilogue, the norm's mean is an extern (glue) that reads the square, and the norm's tail reads the mean: a
+    loop. Only the tail leaves the region; every int8 linear keeps its weight's cast (its prologue) and its
+    scale (its epilogue), where the whole region used to become glue (the weight cast to bf16 every step)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks.models import llama
+    from fusionsearch.graph.capture import capture_program
+
+    model = llama.build(llama.tiny(2), torch.float32, "cpu")
+    llama.quantize_int8(model)
+    model.setup_caches(1, torch.float32, "cpu")
+    with torch.no_grad():
+        g = capture_program(model, torch.randint(0, 128, (1, 1)), torch.tensor([3])).graph
+    regions = _check(g)
+    tuned = [r for r in regions if r.tuned]
+    assert len(tuned) == 2 * 5 + 1  # wqkv, wo, w1, w3, w2 a layer, and the output projection
+    for r in tuned:
+        ops = [n.op for n in r.graph if n.op != "input"]
+        assert "cast" in ops and "mul" in ops, ops  # the int8 weight's cast and its scale stay with the matmul

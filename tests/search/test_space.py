@@ -255,3 +255,26 @@ def test_a_long_chain_of_matmuls_enumerates_in_linear_time() -> None:
     space = enumerate_space(g)
     assert len(space.groups) == 300 and all(len(grp.options) == 3 for grp in space.groups[:-1])  # alone, epi, pro
     assert time.perf_counter() - start < 10  # quadratic before: 10.7 s at 200 matmuls on this 2-core machine
+
+
+def test_a_group_no_kernel_can_hold_whole_is_searched_node_by_node() -> None:
+    """RoPE's halves after a projection (transformers' Llama, where the next norm's loop left them in the matmul's
+    region): one group whose values have three shapes, which no single kernel writes, so it had no legal option
+    and every trial failed in Optuna ("choices must contain one or more elements"). Its nodes are now offered
+    one by one, and the tuned plan computes what eager does."""
+    import fusionsearch as fs
+    from fusionsearch.graph.capture import capture
+
+    def rope_halves(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = (x @ w).view(2, 1, 4, 16).transpose(1, 2)
+        return y * c, y[..., :8], -y[..., 8:]
+
+    gen = torch.Generator().manual_seed(0)
+    x, w, c = torch.randn(2, 64, generator=gen), torch.randn(64, 64, generator=gen), torch.randn(2, 4, 1, 16,
+                                                                                                generator=gen)
+    g = capture(rope_halves, x, w, c)
+    space = enumerate_space(g)
+    assert all(grp.options for grp in space.groups) and len(space.groups) == 6
+    res = fs.tune(rope_halves, x, w, c, trials=4, backend="model")
+    for got, want in zip(res.compile()(x, w, c), rope_halves(x.double(), w.double(), c.double()), strict=True):
+        assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5)
