@@ -177,3 +177,26 @@ def test_a_profile_sums_each_name_per_step_and_counts_idle_time_once() -> None:
         ("Memset (Device)", MEMSET, 0.5, 0.5)]
     assert p.count(KERNEL) == 2.0 and p.count(MEMCPY) == 1.0 and p.us(KERNEL) == 13.0
     assert "2 kernels (13.0 us), 1 copies (3.5 us), 0 memsets" in p.line()
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "default"])
+def test_a_declined_graph_runs_through_inductor_in_the_backends_mode(mode: str, monkeypatch: pytest.MonkeyPatch
+                                                                     ) -> None:
+    """The Inductor fallback compiles in the mode the backend races in (Inductor's defaults ran gpt-fast's int8
+    linears through aten._weight_int8pack_mm on the H100, 12x slower than max-autotune's step)."""
+    import torch._inductor.compile_fx as compile_fx_module
+    from torch._inductor import config
+
+    seen: list[bool] = []
+
+    def recording(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+        seen.append(bool(config.max_autotune))
+        return gm.forward
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx", recording)
+    compiler = _Compiler(BackendOptions(inductor=mode))
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        out = torch.compile(lambda t: torch.relu(t) * 2, backend=compiler, dynamic=False)(x)  # no matmul: declined
+    assert torch.equal(out, torch.relu(x) * 2)
+    assert seen == [mode == "max-autotune"] and "no matmul" in compiler.stats.declined[0]
