@@ -193,8 +193,9 @@ class _Compiler:
 
     def _inductor_fallback(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         """Inductor's compilation of the whole graph in the backend's `inductor` mode, replayed from a CUDA graph
-        where the backend uses them: what torch.compile(mode=...) would run. (Inductor's defaults instead ran
-        gpt-fast's int8 linears through aten._weight_int8pack_mm on an H100: 6.8 ms a step against 0.56.)"""
+        where the backend uses them, on a GPU: what torch.compile(mode=...) would run (Inductor's defaults on a
+        CPU, where max-autotune's tuning took a tiny decoder's first call to 38 s). On the GPU Inductor's
+        defaults ran gpt-fast's int8 linears through aten._weight_int8pack_mm: 6.8 ms a step against 0.56."""
         static = all(isinstance(t, torch.Tensor) and t.is_cuda and all(isinstance(d, int) for d in t.shape)
                      for t in example_inputs) and bool(example_inputs)
         graphed = self.options.cudagraphs and static
@@ -206,7 +207,8 @@ class _Compiler:
             from torch._inductor import config
             from torch._inductor.compile_fx import compile_fx
 
-            with config.patch(inductor_options(self.options.inductor)):
+            on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+            with config.patch(inductor_options(self.options.inductor if on_gpu else "default")):  # CPU: no tuning
                 return compile_fx(gm, example_inputs)
         # What the graph writes in place is unknown here: every input that is copied into the graph's buffers
         # is copied back after each replay (the inputs read in place, weights and caches, are written there).

@@ -180,10 +180,11 @@ def test_a_profile_sums_each_name_per_step_and_counts_idle_time_once() -> None:
 
 
 @pytest.mark.parametrize("mode", ["max-autotune", "default"])
-def test_a_declined_graph_runs_through_inductor_in_the_backends_mode(mode: str, monkeypatch: pytest.MonkeyPatch
-                                                                     ) -> None:
-    """The Inductor fallback compiles in the mode the backend races in (Inductor's defaults ran gpt-fast's int8
-    linears through aten._weight_int8pack_mm on the H100, 12x slower than max-autotune's step)."""
+def test_a_declined_graph_runs_through_inductor_in_the_backends_mode_on_a_gpu(mode: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Inductor fallback compiles in the mode the backend races in where the graph runs on a GPU (Inductor's
+    defaults ran gpt-fast's int8 linears through aten._weight_int8pack_mm on the H100, 12x slower than
+    max-autotune's step), in Inductor's defaults on a CPU. The GPU is stood in for by the inputs' `is_cuda`."""
     import torch._inductor.compile_fx as compile_fx_module
     from torch._inductor import config
 
@@ -194,9 +195,13 @@ def test_a_declined_graph_runs_through_inductor_in_the_backends_mode(mode: str, 
         return gm.forward
 
     monkeypatch.setattr(compile_fx_module, "compile_fx", recording)
-    compiler = _Compiler(BackendOptions(inductor=mode))
+    compiler = _Compiler(BackendOptions(inductor=mode, cudagraphs=False))
     x = torch.randn(4, 8)
     with torch.no_grad():
         out = torch.compile(lambda t: torch.relu(t) * 2, backend=compiler, dynamic=False)(x)  # no matmul: declined
-    assert torch.equal(out, torch.relu(x) * 2)
-    assert seen == [mode == "max-autotune"] and "no matmul" in compiler.stats.declined[0]
+        assert torch.equal(out, torch.relu(x) * 2) and seen == [False]  # a CPU graph: Inductor's defaults
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+        torch._dynamo.reset()
+        torch.compile(lambda t: torch.relu(t) * 3, backend=compiler, dynamic=False)(x)
+    monkeypatch.undo()
+    assert seen == [False, mode == "max-autotune"] and "no matmul" in compiler.stats.declined[0]
