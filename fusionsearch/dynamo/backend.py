@@ -192,28 +192,18 @@ class _Compiler:
         return self._inductor_fallback(gm, list(example_inputs))
 
     def _inductor_fallback(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        """Inductor's compilation of the whole graph in the backend's `inductor` mode, replayed from a CUDA graph
-        where the backend uses them, on a GPU: what torch.compile(mode=...) would run (Inductor's defaults on a
-        CPU, where max-autotune's tuning took a tiny decoder's first call to 38 s). On the GPU Inductor's
-        defaults ran gpt-fast's int8 linears through aten._weight_int8pack_mm: 6.8 ms a step against 0.56."""
-        static = all(isinstance(t, torch.Tensor) and t.is_cuda and all(isinstance(d, int) for d in t.shape)
-                     for t in example_inputs) and bool(example_inputs)
-        graphed = self.options.cudagraphs and static
-        try:
-            spec = _output_spec(gm) if graphed else None
-        except _Decline:
-            graphed, spec = False, None
-        if not graphed:
-            from torch._inductor import config
-            from torch._inductor.compile_fx import compile_fx
+        """On a GPU, Inductor's compilation of the whole graph in the backend's `inductor` mode with Inductor's own
+        CUDA graphs where the backend uses them: what torch.compile(mode=...) runs (Inductor's defaults sent
+        gpt-fast's int8 linears to aten._weight_int8pack_mm on an H100: 6.8 ms a step against 0.56). On a CPU,
+        Inductor's defaults (max-autotune's tuning took a tiny decoder's first call to 38 s)."""
+        from torch._inductor import config
+        from torch._inductor.compile_fx import compile_fx
 
-            on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
-            with config.patch(inductor_options(self.options.inductor if on_gpu else "default")):  # CPU: no tuning
-                return compile_fx(gm, example_inputs)
-        # What the graph writes in place is unknown here: every input that is copied into the graph's buffers
-        # is copied back after each replay (the inputs read in place, weights and caches, are written there).
-        whole = inductor_step(gm, example_inputs, self.options.inductor, True, range(len(example_inputs)))
-        return lambda *args: tree_unflatten(list(whole(*args)), spec)
+        on_gpu = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+        options = inductor_options(self.options.inductor, cudagraphs=self.options.cudagraphs) if on_gpu else \
+            inductor_options("default")
+        with config.patch(options):
+            return compile_fx(gm, example_inputs)
 
     def _compile(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
         device = _device(example_inputs)
@@ -230,11 +220,10 @@ class _Compiler:
             self.timer is not None or device != "cpu-interpreter")
         step_key = self.cache.key(program.graph, device, self._step_settings()) if racing else ""
         cached = StepChoice.from_dict(self.cache.load_step(step_key, program.graph)) if racing else None
-        writes = [i for i in written_inputs(program) if i < len(example_inputs)]
         graphed = self.options.cudagraphs and device != "cpu-interpreter"
         if cached is not None and cached.chosen == INDUCTOR:  # a previous process found Inductor's step faster
             self.stats.steps.append(cached)
-            whole = inductor_step(gm, example_inputs, self.options.inductor, graphed, writes)
+            whole = inductor_step(gm, example_inputs, self.options.inductor, graphed)
             return lambda *args: tree_unflatten(list(whole(*args)), spec)
         ours = self._ours(program, values, device)
         if not racing:
@@ -242,7 +231,7 @@ class _Compiler:
         if cached is not None:
             self.stats.steps.append(cached)
             return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
-        choice, theirs = self._race_step(gm, example_inputs, program, ours, values, device, graphed, writes)
+        choice, theirs = self._race_step(gm, example_inputs, program, ours, values, device, graphed)
         self.stats.steps.append(choice)
         self.cache.store_step(step_key, program.graph, choice.to_dict())
         if choice.chosen == INDUCTOR and theirs is not None:
@@ -257,13 +246,13 @@ class _Compiler:
 
     def _race_step(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor], program: CapturedProgram,
                    ours: Callable[..., Sequence[torch.Tensor]], values: list[torch.Tensor], device: str,
-                   graphed: bool, writes: list[int]) -> tuple[StepChoice, Callable[..., list[torch.Tensor]] | None]:
+                   graphed: bool) -> tuple[StepChoice, Callable[..., list[torch.Tensor]] | None]:
         """The step as built against Inductor's whole graph on the compile's example inputs (the state the step
         writes restored after), the outcome and Inductor's step (None where it failed to compile)."""
         reasons = []
         try:
             theirs: Callable[..., list[torch.Tensor]] | None = inductor_step(gm, example_inputs,
-                                                                             self.options.inductor, graphed, writes)
+                                                                             self.options.inductor, graphed)
         except Exception as e:  # Inductor cannot compile the whole graph: ours runs it
             theirs = None
             reasons.append(f"inductor: {failure_reason(e, 200)}")

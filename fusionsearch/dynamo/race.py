@@ -58,14 +58,16 @@ class RegionChoice:
         return choice if choice.chosen in (OURS, INDUCTOR) else None
 
 
-def inductor_options(mode: str) -> dict[str, Any]:
-    """Inductor's settings for `mode` as torch.compile(mode=...) sets them, less its CUDA graphs (the backend
-    replays the whole step from one graph of its own)."""
+def inductor_options(mode: str, cudagraphs: bool = False) -> dict[str, Any]:
+    """Inductor's settings for `mode` as torch.compile(mode=...) sets them, with Inductor's own CUDA graphs
+    (cudagraph trees) only where `cudagraphs` asks for them: a region or the backend's step is replayed from a
+    graph of the backend's own; Inductor's whole-graph step, raced against it, as torch.compile replays it."""
     if mode not in INDUCTOR_MODES:
         raise SpecError(f"inductor mode {mode!r}: use {' or '.join(INDUCTOR_MODES)}")
     from torch._inductor import list_mode_options
 
-    return {k: v for k, v in list_mode_options(mode).items() if k != "triton.cudagraphs"}
+    return {**{k: v for k, v in list_mode_options(mode).items() if k != "triton.cudagraphs"},
+            "triton.cudagraphs": cudagraphs}
 
 
 def inductor_region(g: OpGraph, inputs: Sequence[torch.Tensor], mode: str) -> Callable[..., list[torch.Tensor]]:

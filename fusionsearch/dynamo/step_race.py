@@ -18,7 +18,6 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
-from fusionsearch.dynamo.cudagraph import GraphedStep
 from fusionsearch.dynamo.race import INDUCTOR, OURS, Timer, inductor_options, us_text
 from fusionsearch.errors import failure_reason
 
@@ -66,21 +65,22 @@ class StepChoice:
         return "\n".join(lines)
 
 
-def inductor_step(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], mode: str, graphed: bool,
-                  writes: Sequence[int]) -> Callable[..., list[torch.Tensor]]:
-    """Inductor's compilation of Dynamo's whole graph in `mode` (what torch.compile(mode=...) runs), returning
-    its outputs flat; replayed from a CUDA graph when `graphed` (`writes`: the arguments it writes in place)."""
+def inductor_step(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], mode: str, graphed: bool
+                  ) -> Callable[..., list[torch.Tensor]]:
+    """Inductor's compilation of Dynamo's whole graph in `mode`, returning its outputs flat; replayed from
+    Inductor's own CUDA graphs (cudagraph trees) when `graphed`: exactly what torch.compile(mode=...) runs, so
+    that a step that keeps it is PyTorch's step, not PyTorch's kernels behind the backend's graph and copies."""
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 
-    with config.patch(inductor_options(mode)):
+    with config.patch(inductor_options(mode, cudagraphs=graphed)):
         compiled = compile_fx(gm, list(example_inputs))
 
     def flat(*args: torch.Tensor) -> list[torch.Tensor]:
         leaves, _ = tree_flatten(compiled(*args))
         return leaves
 
-    return GraphedStep(flat, writes) if graphed else flat
+    return flat
 
 
 def race_step(label: str, candidates: dict[str, Callable[[], object]], timer: Timer, mode: str,
