@@ -226,17 +226,18 @@ class _Compiler:
             whole = inductor_step(gm, example_inputs, self.options.inductor, graphed)
             return lambda *args: tree_unflatten(list(whole(*args)), spec)
         ours = self._ours(program, values, device)
+        mine = lambda *args: tree_unflatten(list(ours(*args, *state)), spec)  # noqa: E731
         if not racing:
-            return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
+            return mine
         if cached is not None:
             self.stats.steps.append(cached)
-            return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
+            return mine
         choice, theirs = self._race_step(gm, example_inputs, program, ours, values, device, graphed)
         self.stats.steps.append(choice)
         self.cache.store_step(step_key, program.graph, choice.to_dict())
         if choice.chosen == INDUCTOR and theirs is not None:
             return lambda *args: tree_unflatten(list(theirs(*args)), spec)
-        return lambda *args: tree_unflatten(list(ours(*args, *state)), spec)
+        return mine
 
     def _step_settings(self) -> dict[str, Any]:
         """What a step race's outcome depends on besides the graph and device: the regions' search settings and

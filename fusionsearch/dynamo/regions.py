@@ -94,8 +94,7 @@ def _unfuse_loop(g: OpGraph, order: list[str], owner: dict[str, str], key: str, 
     if key in tainted:
         tainted = {n for n in members if n != key}
     for n in tainted:
-        if n != key:
-            owner[n] = n
+        owner[n] = n
 
 
 def _merge_glue(g: OpGraph, order: list[str], owner: dict[str, str]) -> None:

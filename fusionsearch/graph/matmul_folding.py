@@ -34,7 +34,7 @@ def _broadcast_matrix(node: object) -> fx.Node | None:
     shape = _shape(src) if isinstance(src, fx.Node) else None
     if shape is None or len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != 1):
         return None
-    return src if isinstance(src, fx.Node) else None
+    return src  # type: ignore[return-value]  # a node: only nodes have a shape
 
 
 def _shape(node: fx.Node) -> tuple[int, ...] | None:
