@@ -25,20 +25,32 @@ from fusionsearch.graph.registry import (
     show,
 )
 
-_TARGET = re.compile(r"^aten\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_TARGET = re.compile(r"^aten\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def resolve_target(target: object) -> torch._ops.OpOverload | torch._ops.OpOverloadPacket:
-    """The aten op named by `target`; looked up by attribute, never evaluated."""
+def resolve_target(target: object) -> torch._ops.OpOverload:
+    """The aten operator overload named by `target` ('aten.softmax.int').
+
+    The name is first looked up in the dispatcher's registry of operator schemas; only a registered overload is
+    then fetched from torch.ops.aten, through the namespace's and packet's own op lookup, never through ordinary
+    attribute access. A spec is data: a name such as 'aten.__setattr__' must not reach Python's attributes of
+    torch.ops.aten (calling it once replaced torch.ops.aten.mm for the rest of the process)."""
     if not isinstance(target, str) or not _TARGET.match(target):
-        raise GraphError(f"extern attr 'target' must name an aten op like 'aten.softmax.int', got {show(target)}")
-    parts = target.split(".")[1:]
-    op: Any = torch.ops.aten
+        raise GraphError(f"extern attr 'target' must name an aten operator overload like 'aten.softmax.int' or "
+                         f"'aten.mm.default', got {show(target)}")
+    _, name, overload = target.split(".")
     try:
-        for p in parts:
-            op = getattr(op, p)
-    except (AttributeError, RuntimeError):
-        raise GraphError(f"extern target {target!r} is not an aten op in this torch") from None
+        torch._C._dispatch_find_schema_or_throw(f"aten::{name}", "" if overload == "default" else overload)
+    except RuntimeError:
+        raise GraphError(f"extern target {target!r} is not a registered aten operator overload in this "
+                         f"torch {torch.__version__}") from None
+    namespace = torch.ops.aten
+    packet = vars(namespace).get(name)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        packet = type(namespace).__getattr__(namespace, name)
+    op = vars(packet).get(overload)
+    if not isinstance(op, torch._ops.OpOverload):
+        op = type(packet).__getattr__(packet, overload)
     return op
 
 

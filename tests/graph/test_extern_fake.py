@@ -119,3 +119,49 @@ def test_a_bad_extern_is_a_graph_error(attrs: dict[str, Any], message: str) -> N
     with pytest.raises(GraphError, match=r"^node 'e' \(extern\): ") as err:
         g.add("extern", [x], name="e", **attrs)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+_HOSTILE = (
+    "import json, sys, torch\n"
+    "from fusionsearch.errors import GraphError\n"
+    "from fusionsearch.graph import load_graph\n"
+    "before = dict(vars(torch.ops.aten)); mm = torch.ops.aten.mm\n"
+    "refused = []\n"
+    "for target, args in json.loads(sys.argv[1]):\n"
+    "    spec = {'inputs': [{'name': 'x', 'shape': [4, 8], 'dtype': 'float32'}],\n"
+    "            'nodes': [{'name': 'e', 'op': 'extern', 'inputs': ['x'],\n"
+    "                       'attrs': {'target': target, 'args': args}}],\n"
+    "            'outputs': ['e']}\n"
+    "    open('hostile.json', 'w').write(json.dumps(spec))\n"
+    "    try:\n"
+    "        load_graph('hostile.json')\n"
+    "    except GraphError as e:\n"
+    "        refused.append(str(e))\n"
+    "changed = sorted(k for k, v in before.items() if vars(torch.ops.aten).get(k) is not v)\n"
+    "valid = {'inputs': [{'name': 'a', 'shape': [4, 8], 'dtype': 'float32'}, {'name': 'b', 'shape': [8, 2], "
+    "'dtype': 'float32'}], 'nodes': [{'name': 'e', 'op': 'extern', 'inputs': ['a', 'b'], "
+    "'attrs': {'target': 'aten.mm.default', 'args': [{'input': 0}, {'input': 1}]}}], 'outputs': ['e']}\n"
+    "open('valid.json', 'w').write(json.dumps(valid))\n"
+    "print(json.dumps({'refused': refused, 'changed': changed, 'mm_same': torch.ops.aten.mm is mm,\n"
+    "                  'valid_shape': list(load_graph('valid.json').node('e').shape)}))\n"
+)
+
+
+def test_an_extern_target_is_looked_up_never_called_so_a_hostile_spec_cannot_change_torch(tmp_path: Path) -> None:
+    """Item 14 of issue 53: 'aten.__setattr__' with args ["mm", 1] was called while the spec was checked, so
+    torch.ops.aten.mm became 1 and every later valid spec was refused. Only registered overloads resolve."""
+    hostile = [["aten.__setattr__", ["mm", 1]], ["aten.__setattr__.default", ["mm", 1]],
+               ["aten.__delattr__", ["mm"]], ["aten.mm.__call__", [{"input": 0}]],
+               ["aten.softmax.__init__", [{"input": 0}]], ["aten.mm", [{"input": 0}, {"input": 0}]],
+               ["aten.__getitem__.t", [[1, 2], 0]], ["aten.no_such_op.default", [{"input": 0}]]]
+    run = subprocess.run([sys.executable, "-c", _HOSTILE, json.dumps(hostile)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["changed"] == [] and got["mm_same"] is True
+    assert got["valid_shape"] == [4, 2]
+    assert len(got["refused"]) == len(hostile)
+    for (target, _), message in zip(hostile, got["refused"], strict=True):
+        assert "registered aten operator overload" in message or "must name an aten operator overload" in message, \
+            (target, message)
+        assert "\n" not in message
