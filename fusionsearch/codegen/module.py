@@ -28,13 +28,25 @@ except ImportError:  # older Triton
 
 EXTERNS = []
 
-if os.environ.get("TRITON_INTERPRET") == "1":
-    import warnings
 
-    # Triton's CPU interpreter computes every lane with NumPy, masked ones too (loaded as 0, never stored): a
-    # division there is 0 / 0, which NumPy warns of. torch does not warn of inf or NaN in real lanes either.
-    warnings.filterwarnings("ignore", r"(invalid value|divide by zero) encountered", RuntimeWarning,
-                            r"triton\\.runtime\\.interpreter")
+def _quiet_kernels(fn):
+    """`fn` with its kernel launches under NumPy's errstate "ignore" when Triton's CPU interpreter runs them: it
+    computes every lane with NumPy, masked ones too (loaded as 0, never stored), so 0 / 0 or exp(1000) there
+    would warn on the user's stderr, where a GPU raises no floating-point exception (nor does torch for inf or
+    NaN in real lanes). Only the launches are quiet: the caller's own warnings still show. On a GPU: `fn`."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return fn
+    import functools
+
+    import numpy
+
+    @functools.wraps(fn)
+    def quiet(*args, **kwargs):
+        with numpy.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return quiet
+
 
 # The four bytes of each int32 word as the float32s 128 + byte (bytes <= 127): on a GPU a byte permute each
 # (PRMT puts the byte under 0x43, 128's exponent); Triton's CPU interpreter runs no inline assembly, so there
@@ -206,7 +218,7 @@ def _remember(key, launched):
 EXTERN_LOADER = '''
 
 def _load_externs():
-    """Resolve the extern ops listed in externs.json beside this file (aten ops, looked up by attribute)."""
+    """Resolve the extern ops listed in externs.json beside this file (registered aten overloads only)."""
     import json
     import os
     import re
@@ -225,11 +237,22 @@ def _load_externs():
         return value
 
     def make(spec):
-        if not re.match(r"^aten\\.[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)?$", spec["target"]):
-            raise ValueError("externs.json: bad target")
-        op = torch.ops.aten
-        for part in spec["target"].split(".")[1:]:
-            op = getattr(op, part)
+        # a registered operator overload only, found through the dispatcher and the namespace's own op lookup:
+        # a name like 'aten.__setattr__' never reaches Python attributes of torch.ops.aten
+        if not re.match(r"^aten\\.[A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z_][A-Za-z0-9_]*$", spec["target"]):
+            raise ValueError(f"externs.json: bad target {spec['target']!r}")
+        _, name, overload = spec["target"].split(".")
+        try:
+            torch._C._dispatch_find_schema_or_throw("aten::" + name, "" if overload == "default" else overload)
+        except RuntimeError:
+            raise ValueError(f"externs.json: {spec['target']!r} is not a registered aten operator") from None
+        aten = torch.ops.aten
+        packet = vars(aten).get(name)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            packet = type(aten).__getattr__(aten, name)
+        op = vars(packet).get(overload)
+        if not isinstance(op, torch._ops.OpOverload):
+            op = type(packet).__getattr__(packet, overload)
 
         def call(*tensors):
             out = op(*decode(spec["args"], tensors), **{k: decode(v, tensors) for k, v in spec["kwargs"].items()})
@@ -403,15 +426,15 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
     at = head.index("    fast, key, stream = _launch_key(inputs, device)")
     head[at:at] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
-    run = ["def run(*inputs, poison=False):", *head, *_freeing(plan, body, starts, buf, allocated),
-           "    _remember(key, launched)", f"    return {outputs}"]
-    steps = ["def steps(*inputs, poison=False):",
+    run = ["@_quiet_kernels", "def run(*inputs, poison=False):", *head,
+           *_freeing(plan, body, starts, buf, allocated), "    _remember(key, launched)", f"    return {outputs}"]
+    steps = ["@_quiet_kernels", "def steps(*inputs, poison=False):",
              '    """Run the plan once, then return (one callable per plan kernel, outputs) over its buffers."""',
              *head, *body, "    _remember(key, launched)", "    if fast is None and key is not None:",
              "        fast, key, stream = _launch_key(inputs, device)"]
     for i, calls in enumerate(launches):
         steps.append("")
-        steps.append(f"    def step_{i}():")
+        steps += ["    @_quiet_kernels", f"    def step_{i}():"]
         steps += [f"        {c}" for c in calls] or ["        pass"]
     steps.append(f"    return [{', '.join(f'step_{i}' for i in range(len(launches)))}], {outputs}")
     library = sum(k.kind == "library" for k in plan.kernels)
