@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from fusionsearch.errors import CodegenError
 from fusionsearch.graph.registry import dtype_name
 from fusionsearch.kinds import ModuleContext, kind_of
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
@@ -331,9 +330,7 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
     which runs once and returns one callable per plan kernel over the same buffers, to time kernels alone.
     Both first refuse inputs of another count, shape, dtype or device than the graph's (the module's
     `InputError`, a ValueError naming the input's position and what it must be): the kernels would read past them."""
-    opts = plan.options.with_overrides(**overrides)
-    if opts.warp_specialize and not opts.persistent:
-        raise CodegenError("warp_specialize splits a persistent template's tile loop: it needs persistent=True")
+    opts = plan.options.with_overrides(**overrides)  # refuses warp_specialize without persistent
     g = plan.graph
     stored = plan.stored()
     buf = {n: f"buf{i}" for i, n in enumerate(g.topo_order())}

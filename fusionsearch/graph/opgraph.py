@@ -13,6 +13,7 @@ import networkx as nx
 import torch
 
 from fusionsearch.errors import GraphError, SpecError
+from fusionsearch.graph.capacity import check_fits
 from fusionsearch.graph.registry import (
     INT64_MAX,
     Attrs,
@@ -46,8 +47,8 @@ def _is_int(v: object) -> bool:
 
 def check_shape(shape: object, dtype: torch.dtype, what: str) -> tuple[int, ...]:
     """`shape` as a tuple of sizes, or a GraphError: every size a non-negative integer, at most MAX_RANK dims, and
-    its bytes within int64 (torch's limit), all checked before anything is allocated. Size-0 dims are refused
-    where they would matter: at a matmul (`add`) and in a finished graph (`set_outputs`)."""
+    its bytes within int64 (torch's limit) and this machine's memory, all checked before anything is allocated.
+    Size-0 dims are refused where they would matter: at a matmul (`add`) and in a finished graph (`set_outputs`)."""
     if not isinstance(shape, list | tuple) or not all(_is_int(s) and s >= 0 for s in shape):
         raise GraphError(f"{what}: shape must be a list of positive integers, got {show(shape)}")
     if len(shape) > MAX_RANK:
@@ -55,6 +56,7 @@ def check_shape(shape: object, dtype: torch.dtype, what: str) -> tuple[int, ...]
     if math.prod(shape) * dtype.itemsize > INT64_MAX:
         raise GraphError(f"{what}: shape {show(list(shape))} of {dtype_name(dtype)} holds more bytes than int64 "
                          "counts (torch's limit)")
+    check_fits(math.prod(shape) * dtype.itemsize, f"{what}: shape {list(shape)} of {dtype_name(dtype)}")
     return tuple(shape)
 
 
@@ -148,6 +150,7 @@ class OpGraph:
         span = 1 + sum((size - 1) * stride for size, stride in zip(shape, st, strict=True))
         if span * dt.itemsize > INT64_MAX:
             raise GraphError(f"input {name!r}: strides {list(st)} reach past int64 bytes")
+        check_fits(span * dt.itemsize, f"input {name!r}: strides {list(st)} over shape {list(shape)}")
         self.nx.add_node(name, node=Node(name, "input", (), {}, shape, dt, st))
         self._topo = None
         return name

@@ -57,6 +57,11 @@ class CodegenOptions:
                     raise PlanError(f"codegen option fp32_dot must be one of {', '.join(FP32_DOTS)}, got {show(value)}")
             elif not isinstance(value, bool):
                 raise PlanError(f"codegen option {f.name} must be true or false, got {show(value)}")
+        # Here, where every CodegenOptions is made, so that a plan file is refused when read (by explain as by
+        # run), not when its source is generated.
+        if self.warp_specialize and not self.persistent:
+            raise PlanError("codegen option warp_specialize splits a persistent template's tile loop: it needs "
+                            "persistent=True")
 
     def with_overrides(self, **overrides: Any) -> CodegenOptions:
         """These options with some replaced; an unknown name is refused (it would be dropped silently)."""

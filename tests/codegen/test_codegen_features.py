@@ -173,6 +173,38 @@ def test_exported_plans_run_without_fusionsearch(tmp_path: Path) -> None:
             assert rel_error(o, r) <= TOLERANCE[o.dtype], (i, rel_error(o, r))
 
 
+_HOSTILE_EXTERN_RUNNER = textwrap.dedent('''
+    import importlib.util
+    import sys
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("exported", sys.argv[1])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    mm = torch.ops.aten.mm
+    try:
+        module.run(torch.rand(13, 40), torch.rand(40, 24))
+    except ValueError as e:
+        print("refused:", e)
+    print("mm unchanged:", torch.ops.aten.mm is mm)
+''')
+
+
+def test_an_exported_module_resolves_only_registered_extern_overloads(tmp_path: Path) -> None:
+    """Item 14 of issue 53, the exported module's side: an externs.json naming 'aten.__setattr__' with args
+    ["mm", 1] must be refused before anything is called, leaving torch.ops.aten as it was."""
+    module = export_plan(P.fully_fused(_extern_graph()), str(tmp_path / "plan"))
+    (tmp_path / "plan" / "externs.json").write_text(json.dumps(
+        [{"target": "aten.__setattr__.default", "args": ["mm", 1], "kwargs": {}, "output_index": 0}]))
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _HOSTILE_EXTERN_RUNNER, module], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused: externs.json: 'aten.__setattr__.default' is not a registered aten operator" in proc.stdout
+    assert "mm unchanged: True" in proc.stdout
+
+
 def test_extern_plans_validate_in_process() -> None:
     g = _extern_graph()
     for plan in (P.unfused(g), P.fully_fused(g)):

@@ -7,6 +7,7 @@ whether persistence pays is measured on the GPU."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from typing import Any
@@ -105,8 +106,23 @@ def test_warp_specialised_persistent_templates_match_the_reference(name: str, sh
 
 
 def test_warp_specialize_without_persistent_is_refused_in_one_line() -> None:
-    from fusionsearch.errors import CodegenError
+    from fusionsearch.errors import PlanError
 
     g = fs.workload("mm_bias_gelu", dtype=torch.float16, M=37, K=64, N=40)
-    with pytest.raises(CodegenError, match="needs persistent=True"):
+    with pytest.raises(PlanError, match="needs persistent=True"):
         compile_plan(P.fully_fused(g), warp_specialize=True)
+
+
+def test_a_plan_file_with_warp_specialize_without_persistent_is_refused_when_read() -> None:
+    """Item 13 of issue 53: such a plan file passed `explain` (which only reads it) and failed in `run`; the one
+    check now lives in CodegenOptions, so reading the file refuses it."""
+    from fusionsearch.errors import FusionSearchError
+
+    g = fs.workload("mm_bias_gelu", dtype=torch.float16, M=37, K=64, N=40)
+    data = json.loads(P.fully_fused(g).to_json())
+    data["options"] = {**data.get("options", {}), "warp_specialize": True, "persistent": False}
+    with pytest.raises(FusionSearchError, match="warp_specialize .* needs persistent=True") as err:
+        P.Plan.from_json(json.dumps(data), g)
+    assert "\n" not in str(err.value)
+    data["options"]["persistent"] = True
+    assert P.Plan.from_json(json.dumps(data), g).options.warp_specialize

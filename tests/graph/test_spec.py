@@ -336,6 +336,48 @@ def test_an_integer_past_pythons_digit_limit_is_a_spec_error(tmp_path: Path) -> 
             g.add("add", [g.input(f"y{i}", (2,), "float32")], name="a", scalar=bad)
 
 
+# ---- issue 53 item 13: sizes whose tensors cannot exist ----------------------------------------------
+
+_TOO_BIG = "more than this machine's memory"
+
+
+@pytest.mark.parametrize(("name", "spec", "fragment"), [
+    ("strides", _edit(inputs=[{"name": "x", "shape": [2, 3], "dtype": "float32", "strides": [2**40, 1]},
+                              _base()["inputs"][1]]), "input 'x': strides [1099511627776, 1] over shape [2, 3] needs"),
+    ("sizes", _edit(inputs=[{"name": "x", "shape": [2**21, 2**20], "dtype": "float32"},
+                            {"name": "w", "shape": [2**20, 4], "dtype": "float32"}]),
+     "input 'x': shape [2097152, 1048576] of float32 needs 8,796.1 GB"),
+    ("expand", _edit(nodes=_nodes({"name": "q", "op": "expand", "inputs": ["z"], "attrs": {"shape": [2**38, 2, 4]}})),
+     "node 'q' (expand): result: shape [274877906944, 2, 4] of float32 needs"),
+], ids=lambda v: v if isinstance(v, str) and " " not in v else "")
+def test_a_spec_whose_tensors_cannot_exist_is_refused_when_checked(name: str, spec: Any, fragment: str,
+                                                                     tmp_path: Path) -> None:
+    """Such a spec (an input spanning 541 GB) was accepted, then a search died in torch's allocator."""
+    got, msg = _refusal(tmp_path, spec)
+    assert got is GraphError, f"{got.__name__}: {msg}"
+    assert fragment in msg and _TOO_BIG in msg and "\n" not in msg, msg
+
+
+def test_the_memory_bound_asks_the_gpu_only_past_the_hosts_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionsearch.graph import capacity
+
+    asked: list[int] = []
+    monkeypatch.setattr(capacity, "host_bytes", lambda: 4096)
+    monkeypatch.setattr(capacity, "gpu_bytes", lambda: asked.append(1) or 0)
+    g = OpGraph()
+    g.input("small", (32, 32), "float32")  # exactly the host's 4096 bytes: the GPU is not asked
+    assert asked == []
+    with pytest.raises(GraphError, match=r"^input 'big': shape \[33, 32\] of float32 needs 4,224 bytes, more than "
+                                         r"this machine's memory \(4,096 bytes\)"):
+        g.input("big", (33, 32), "float32")
+    assert asked == [1]
+    monkeypatch.setattr(capacity, "gpu_bytes", lambda: 300_000)  # a GPU larger than the host holds it
+    assert g.input("big", (33, 32), "float32") == "big"
+    with pytest.raises(GraphError, match=r"strides \[64, 1\] over shape \[2000, 32\] needs 511,872 bytes, more "
+                                         r"than this machine's memory \(300,000 bytes\)"):
+        g.input("wide", (2000, 32), "float32", strides=(64, 1))
+
+
 def test_a_spec_that_is_not_utf8_is_a_spec_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.json"
     path.write_bytes(json.dumps(_base()).replace('"z"', '"z\u00e9"').encode("latin-1")[:-1] + b"\xe9}")
