@@ -50,7 +50,7 @@ INPUT_BYTES_LIMIT = 1 << 30  # bytes of all inputs together, so that a GPU measu
 GATHERED_BYTES_LIMIT = 8 << 30  # an experts graph's gathered weights a matmul, as a plan that builds them writes
 MAX_MATMULS = 3
 FAMILIES = ("mixed", "experts", "decode")
-DECODE_WORKLOADS = ("w8_dequant_mm", "w4_dequant_mm", "mm_bias_gelu", "gather_mm")
+DECODE_WORKLOADS = ("w8_dequant_mm", "w8_linear", "w4_dequant_mm", "mm_bias_gelu", "gather_mm")
 DEFAULT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 

@@ -29,6 +29,20 @@ def _w8_dequant_mm_torch(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor) -> t
     return x @ (w.to(x.dtype) * s)
 
 
+def _w8_linear(dt: torch.dtype, M: int, K: int, N: int) -> OpGraph:
+    """gpt-fast's WeightOnlyInt8Linear and torchao's int8 weight-only form: the weight [N, K] cast, transposed
+    by F.linear, and the per-column scale applied after the matmul, as fs.capture records it."""
+    g = OpGraph()
+    x, w, s = g.input("x", (M, K), dt), g.input("w", (N, K), torch.int8), g.input("s", (N,), dt)
+    wt = g.add("transpose", [g.add("cast", [w], name="w_cast", dtype=dtype_name(dt))], name="w_t", dim0=0, dim1=1)
+    g.set_outputs([g.add("mul", [g.add("mm", [x, wt], name="mm"), s], name="y")])
+    return g
+
+
+def _w8_linear_torch(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, w.to(x.dtype)) * s
+
+
 def _gather_mm(dt: torch.dtype, M: int, K: int, N: int, T: int) -> OpGraph:
     g = OpGraph()
     x, idx, w = g.input("x", (T, K), dt), g.input("idx", (M,), torch.int64), g.input("w", (K, N), dt)
@@ -187,6 +201,8 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("w8_dequant_mm", "x @ (w_int8.to(dtype) * s[N])", _w8_dequant_mm, _w8_dequant_mm_torch,
              {"M": 16, "K": 8192, "N": 8192}),
+    Workload("w8_linear", "F.linear(x, w_int8[N,K].to(dtype)) * s[N]  (gpt-fast, torchao: the scale after)",
+             _w8_linear, _w8_linear_torch, {"M": 1, "K": 4096, "N": 12288}),
     Workload("gather_mm", "x[idx] @ w  (T rows in x)", _gather_mm, _gather_mm_torch,
              {"M": 64, "K": 4096, "N": 4096, "T": 4096}),
     Workload("mm_bias_gelu", "gelu(x @ w + b)", _mm_bias_gelu, _mm_bias_gelu_torch, {"M": 16, "K": 4096, "N": 4096}),
@@ -225,10 +241,14 @@ REFERENCE_CASES: list[dict[str, Any]] = [
 
 
 # The decode-sized rows issue 27 adds to the suite (no anchor figures: every figure comes from the suite's own
-# run): int8 weight-only at 1 and 4 rows, int4 group-dequant at 1 and 16, Mixtral's MoE FFN at 1, 16, 512 tokens.
+# run): int8 weight-only at 1 and 4 rows (the scale on the weight), gpt-fast's int8 linear (the scale after the
+# matmul) at Llama-2-7B's wqkv at 1 row and w2 at 16, int4 group-dequant at 1 and 16, Mixtral's MoE FFN at 1,
+# 16, 512 tokens.
 DECODE_CASES: list[dict[str, Any]] = [
     {"workload": "w8_dequant_mm", "shape": {"M": 1, "K": 8192, "N": 8192}},
     {"workload": "w8_dequant_mm", "shape": {"M": 4, "K": 8192, "N": 8192}},
+    {"workload": "w8_linear", "shape": {"M": 1, "K": 4096, "N": 12288}},
+    {"workload": "w8_linear", "shape": {"M": 16, "K": 11008, "N": 4096}},
     {"workload": "w4_dequant_mm", "shape": {"M": 1, "K": 4096, "N": 11008, "G": 128}},
     {"workload": "w4_dequant_mm", "shape": {"M": 16, "K": 4096, "N": 11008, "G": 128}},
     {"workload": "moe_ffn", "shape": {"T": 1, "D": 4096, "H": 14336, "E": 8}},

@@ -121,6 +121,35 @@ def test_gpt_fasts_einsum_form_captures_to_registry_ops_and_computes_the_same() 
     assert rel_error(_gpt_fast_moe(*inputs), expected) <= 1e-5
 
 
+def _gpt_fast_int8_linear(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """gpt-fast's WeightOnlyInt8Linear.forward, verbatim."""
+    return F.linear(x, w.to(dtype=x.dtype)) * s
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_w8_linear_is_what_capture_records_of_gpt_fasts_int8_linear_and_reaches_the_decode_kind(rows: int) -> None:
+    """The w8_linear workload (the scale after the matmul) has capture's ops in capture's order, computes what
+    gpt-fast's form computes, and its fully fused plan at decode rows is one decode kernel with the cast and
+    transpose in its weight loads and the scale as its epilogue, matching float64 in the interpreter."""
+    g = fs.workload("w8_linear", dtype=torch.float32, M=rows, K=96, N=40)
+    inputs = fs.random_inputs(g, seed=rows)
+    captured = fs.capture(_gpt_fast_int8_linear, *inputs)
+    assert [captured.node(n).op for n in captured.topo_order() if n not in captured.inputs] == \
+        [g.node(n).op for n in g.topo_order() if n not in g.inputs] == ["cast", "transpose", "mm", "mul"]
+    expected = fs.reference(g, inputs, float64=True)[0]
+    assert rel_error(fs.reference(captured, inputs, float64=True)[0], expected) <= 1e-12
+    assert rel_error(WORKLOADS["w8_linear"].torch_fn(*inputs), expected) <= 1e-5
+    from fusionsearch.search.space import enumerate_space, kind_seed_plans
+
+    space = enumerate_space(g)
+    (seed,) = [p for p in kind_seed_plans(space) if str(p["mm0.config"]).startswith("decode")]
+    plan = space.plan(seed)
+    (k,) = plan.kernels
+    assert (k.kind, k.prologue_b, k.epilogue) == ("decode", ("w_cast", "w_t"), ("y",))
+    got = fs.compile_plan(plan)(*inputs)
+    assert rel_error(got[0] if isinstance(got, list | tuple) else got, expected) <= 1e-5
+
+
 def test_an_index_table_of_one_expert_is_still_valid() -> None:
     g: OpGraph = fs.workload("moe_ffn", dtype=torch.float32, T=2, D=16, H=8, E=1)
     _, idx, *_ = fs.random_inputs(g)

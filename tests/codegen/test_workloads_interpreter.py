@@ -23,6 +23,7 @@ DTYPES = [torch.float32, torch.float16]
 # Two awkward shapes per workload: the first for float32, the second for float16.
 SHAPES: dict[str, list[dict[str, int]]] = {
     "w8_dequant_mm": [{"M": 33, "K": 100, "N": 70}, {"M": 5, "K": 40, "N": 24}],
+    "w8_linear": [{"M": 1, "K": 100, "N": 70}, {"M": 13, "K": 40, "N": 24}],
     "gather_mm": [{"M": 17, "K": 72, "N": 40, "T": 50}, {"M": 29, "K": 40, "N": 61, "T": 50}],
     "mm_bias_gelu": [{"M": 21, "K": 40, "N": 70}, {"M": 33, "K": 88, "N": 24}],
     "cast_mm": [{"M": 5, "K": 100, "N": 24}, {"M": 19, "K": 56, "N": 45}],
@@ -46,6 +47,10 @@ MIXED: dict[str, list[dict[str, Decision]]] = {
     "w8_dequant_mm": [
         {"w_scaled": ("prologue", "y", "B")},  # dequant written by its own kernel, scale fused
         {"w_dequant": ("group", "deq"), "w_scaled": ("group", "deq")},
+    ],
+    "w8_linear": [
+        {"w_t": ("prologue", "mm", "B"), "y": ("epilogue", "mm")},  # the cast by its own kernel
+        {"w_cast": ("prologue", "mm", "B"), "w_t": ("prologue", "mm", "B")},  # the scale by its own kernel
     ],
     "gather_mm": [{"x_rows": ("group", "rows")}],
     "mm_bias_gelu": [

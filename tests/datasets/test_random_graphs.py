@@ -246,10 +246,11 @@ def test_the_decode_family_gives_decode_sized_quantised_matmuls_that_validate() 
     def which(g: OpGraph) -> str:
         names = set(g.inputs)
         return ("w4_dequant_mm" if "scales" in names else "gather_mm" if "idx" in names
-                else "w8_dequant_mm" if g.node("w").dtype == torch.int8 else "mm_bias_gelu")
+                else ("w8_linear" if "w_t" in g else "w8_dequant_mm") if g.node("w").dtype == torch.int8
+                else "mm_bias_gelu")
 
     seen = set()
-    for seed in range(16):
+    for seed in range(24):
         real = random_graph(seed, family="decode")
         assert real.signature_hash() == random_graph(seed, family="decode").signature_hash()
         seen.add(which(real))

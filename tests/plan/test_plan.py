@@ -20,6 +20,7 @@ from fusionsearch.plan import ExternKernel, Plan, PointwiseKernel, TemplateKerne
 
 SMALL = {
     "w8_dequant_mm": {"M": 5, "K": 40, "N": 24},
+    "w8_linear": {"M": 3, "K": 40, "N": 24},
     "gather_mm": {"M": 7, "K": 40, "N": 24, "T": 50},
     "mm_bias_gelu": {"M": 5, "K": 40, "N": 24},
     "cast_mm": {"M": 5, "K": 40, "N": 24},

@@ -35,6 +35,7 @@ from fusionsearch.search.study import SearchOptions, make_storage, redact, run_s
 
 SMALL = {
     "w8_dequant_mm": {"M": 16, "K": 128, "N": 96},
+    "w8_linear": {"M": 1, "K": 128, "N": 96},
     "gather_mm": {"M": 16, "K": 64, "N": 96, "T": 50},
     "mm_bias_gelu": {"M": 16, "K": 64, "N": 96},
     "cast_mm": {"M": 16, "K": 96, "N": 64},
