@@ -1,10 +1,13 @@
 """fusionsearch: find how to fuse the pointwise work around matmuls into Triton kernels, and prove it on the GPU.
 
-Public API (see README): workloads, capture, graph specs, the reference executor, plans, measurement."""
+Public API (see README): workloads, capture, graph specs, the reference executor, plans, measurement.
 
-from fusionsearch import costmodel, measure, plan, search
-from fusionsearch.codegen.runtime import compile_plan, export_plan
-from fusionsearch.datasets.workloads import list_workloads, workload
+The names that need torch are imported on first use (PEP 562), so that `fusionsearch --help` and `--version`,
+which import this package first, answer without importing torch."""
+
+import importlib
+from typing import Any
+
 from fusionsearch.errors import (
     CodegenError,
     CostModelError,
@@ -14,8 +17,28 @@ from fusionsearch.errors import (
     PlanError,
     SpecError,
 )
-from fusionsearch.graph import OpGraph, load_graph, random_inputs, reference
 from fusionsearch.version import __version__ as __version__
+
+_SUBPACKAGES = ("costmodel", "measure", "plan", "search")
+_LAZY = {"compile_plan": "fusionsearch.codegen.runtime", "export_plan": "fusionsearch.codegen.runtime",
+         "list_workloads": "fusionsearch.datasets.workloads", "workload": "fusionsearch.datasets.workloads",
+         "OpGraph": "fusionsearch.graph", "load_graph": "fusionsearch.graph", "random_inputs": "fusionsearch.graph",
+         "reference": "fusionsearch.graph"}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names that need torch, imported when first read."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"fusionsearch.{name}")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # read once: later reads skip this function
+        return value
+    raise AttributeError(f"module 'fusionsearch' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SUBPACKAGES, *_LAZY})
 
 
 def capture(fn_or_module, *example_inputs, **example_kwargs):  # type: ignore[no-untyped-def]

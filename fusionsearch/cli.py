@@ -13,12 +13,14 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from fusionsearch import settings
 from fusionsearch.errors import FusionSearchError, SpecError
-from fusionsearch.graph.opgraph import OpGraph
+
+if TYPE_CHECKING:  # the package's modules import torch: each command imports what it uses, when it runs
+    from fusionsearch.graph.opgraph import OpGraph
 
 DEFAULT_WORKLOAD = "w8_dequant_mm"
 
@@ -31,6 +33,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         shape = " ".join(f"{k}={v}" for k, v in w.defaults.items())
         print(f"{name:<{width}}  {shape:<26}  {w.summary}")
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 matmul', '3 matmuls'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _parse_shape(text: str) -> dict[str, int]:
@@ -78,31 +85,62 @@ def _positive(what: str) -> Any:
 SEED = _whole(0, 2**32, "a seed")  # numpy's generators take 0 .. 2**32 - 1
 
 
-def _check_writable_place(path: str, flag: str) -> None:
-    """Refuse a path whose nearest existing folder is not a folder this process can create files in (probed by
-    creating one: permissions alone do not tell for root, read-only mounts or /proc)."""
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise SpecError(f"{flag} {path!r}: {parent!r} is not a directory")
+def _one_of(name: str) -> Any:
+    """An argparse type: one of search.options' tuple `name` (read when a command is parsed, not to build the
+    parser: that module imports torch)."""
+    def parse(text: str) -> str:
+        from fusionsearch.search import options
+
+        choices = getattr(options, name)
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _dtype(text: str) -> str:
+    """An argparse type: a dtype's name, as workloads take it."""
+    from fusionsearch.errors import GraphError
+    from fusionsearch.graph.registry import dtype_from_name
+
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".fusionsearch-probe-", dir=parent))
-    except OSError as e:
-        raise SpecError(f"{flag} {path!r} cannot be written: no file can be created in {parent!r} "
-                        f"({e.strerror})") from None
+        dtype_from_name(text)
+    except GraphError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("dtype: ")) from None
+    return text
+
+
+def _study_name(text: str) -> str:
+    """An argparse type: a study's name (not blank)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"a study name is needed, got {text!r}")
+    return text
+
+
+def _cost_model(text: str) -> str:
+    """An argparse type: auto, analytic, learned or a model file's name."""
+    from fusionsearch.search.options import MODEL_FILES
+
+    if text not in ("auto", "analytic", "learned") and not text.endswith(MODEL_FILES):
+        raise argparse.ArgumentTypeError(f"use auto, analytic, learned or a model file ({', '.join(MODEL_FILES)}), "
+                                         f"got {text!r}")
+    if text.endswith(MODEL_FILES) and not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"{text}: no such model file")
+    return text
+
+
+def _check_writable_place(path: str, flag: str) -> None:
+    """Refuse a path in a place no file can be created in (shared with the API's export: codegen/outpaths.py)."""
+    from fusionsearch.codegen.outpaths import check_writable_place
+
+    check_writable_place(path, flag)
 
 
 def _check_out_dir(path: str, flag: str = "--out") -> None:
-    """A directory to be written whole: a new one, or an empty one, in a place that can be written."""
-    if os.path.islink(path):
-        raise SpecError(f"{flag} {path!r} is a symbolic link (to {os.readlink(path)!r}); name the directory itself")
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise SpecError(f"{flag} {path!r} is a file, not a directory; choose a new directory")
-        if os.listdir(path):
-            raise SpecError(f"{flag} {path!r} exists and is not empty; choose a new directory")
-    _check_writable_place(path, flag)
+    """A directory to be written whole, refused as the API's export refuses it (codegen/outpaths.py)."""
+    from fusionsearch.codegen.outpaths import check_out_dir
+
+    check_out_dir(path, flag)
 
 
 def _check_out_file(path: str, flag: str = "--out", new: bool = False) -> None:
@@ -167,8 +205,6 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from fusionsearch.search.study import SearchOptions, possible_plans, resolve_backend, run_study, search_space
     from fusionsearch.search.workers import worker_count
 
-    if not args.trial_timeout > 0:
-        raise SpecError(f"--trial-timeout must be a positive number of seconds, got {args.trial_timeout:g}")
     workers: int | str = args.workers
     if workers != "auto":
         if not (str(workers).isascii() and str(workers).isdigit()) or int(workers) < 1:
@@ -176,6 +212,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         workers = int(workers)
     if args.out:
         _check_out_dir(args.out)
+    settings.interpret_without_gpu()  # before a spec's extern ops import Triton
     g = _load_target(args.target, args.shape, args.dtype)
     graph_name = _graph_name(args.target, args.shape, args.dtype)
     opts = SearchOptions(trials=args.trials, backend=args.backend, sampler=args.sampler, storage=args.storage,
@@ -192,8 +229,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     single = possible_plans(search_space(g, opts, Hardware.detect())) == 1
     workers = 1 if single else worker_count(opts.workers, backend)
     in_parallel = f" in {workers} worker processes" if workers > 1 else ""
-    trials = "1 possible plan: 1 trial" if single else f"{opts.trials} trials"
-    print(f"searching {what} ({len(g)} nodes, {len(g.nodes_of_kind('template'))} matmuls), {trials}"
+    trials = "1 possible plan: 1 trial" if single else _count(opts.trials, "trial")
+    print(f"searching {what} ({_count(len(g), 'node')}, {_count(len(g.nodes_of_kind('template')), 'matmul')}), {trials}"
           f"{in_parallel}, backend {backend}: {how}", flush=True, file=sys.stderr if args.json else sys.stdout)
     res = run_study(g, opts)
     if args.out:  # written before anything is printed, so a closed stdout (`| head`) cannot lose it
@@ -214,7 +251,7 @@ def _write_out(res: Any, out: str) -> None:
     parent = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(parent, exist_ok=True)  # --out a/b/new: make a/b
-        tmp = tempfile.mkdtemp(prefix=".fusionsearch-", dir=parent)
+        tmp = _new_dir(parent)
     except OSError as e:
         raise SpecError(f"--out {out!r} cannot be written ({e.strerror}); nothing was written") from None
     try:
@@ -233,26 +270,31 @@ def _write_out(res: Any, out: str) -> None:
                         f"result is in {tmp}") from None
 
 
+def _new_dir(parent: str) -> str:
+    """A new directory of a unique name in `parent`, with the permissions the umask gives any new directory
+    (tempfile.mkdtemp's are 0700: an --out renamed from one would be private to its owner)."""
+    import secrets
+
+    while True:
+        path = os.path.join(parent, f".fusionsearch-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.hardware import Hardware
     from fusionsearch.graph.spec import load_graph
-    from fusionsearch.plan import Plan
     from fusionsearch.search.facts import plan_facts
+    from fusionsearch.search.replay import read_plan
 
     path = os.path.join(args.plan, "plan.json") if os.path.isdir(args.plan) else args.plan
     if not os.path.isfile(path):
         raise SpecError(f"{args.plan}: no plan here; give a search's --out directory or its plan.json")
     graph_path = args.graph or os.path.join(os.path.dirname(os.path.abspath(path)), "graph.json")
-    g = load_graph(graph_path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read the plan ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: not a plan (not UTF-8 text: byte {e.object[e.start]:#04x} at offset "
-                        f"{e.start})") from None
-    plan = Plan.from_json(text, g)
+    plan = read_plan(path, load_graph(graph_path))
     hw = Hardware.detect()
     facts = plan_facts(plan, hw, _learned_kernel_times(plan, hw))
     facts["search"] = _searched(os.path.join(os.path.dirname(os.path.abspath(path)), "result.json"))
@@ -324,6 +366,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     specs = [_parse_input_spec(t) for t in args.inputs or ()]
     backend = resolve(args.backend)
+    settings.interpret_without_gpu()  # before the graph's extern ops import Triton
     graph, plan = load_saved(args.plan_dir)
     if args.inputs:
         check_inputs(graph, specs)
@@ -365,6 +408,14 @@ def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
     counts = add_resources(args.data, args.out)
     print(f"wrote {args.out}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0
+
+
+def _family_argument(p: argparse.ArgumentParser) -> None:
+    from fusionsearch.datasets.random_graphs import FAMILIES
+
+    p.add_argument("--family", choices=FAMILIES, default="mixed",
+                   help="random graph family: dense and batched matmuls (default), mixture-of-experts FFNs, or "
+                   "1-16-row matmuls on int8/int4/16-bit weights")
 
 
 def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
@@ -460,6 +511,7 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
         raise SpecError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}")
     if args.cache:
         _check_cache_dir(args.cache)
+    settings.interpret_without_gpu()  # before the user's module imports Triton
     device = "cuda" if torch.cuda.is_available() else "cpu"
     given = [_parse_input(t, device) for t in args.inputs] if args.inputs else None
     factory = _load_factory(args.target)
@@ -477,15 +529,14 @@ def _cmd_tune_model(args: argparse.Namespace) -> int:
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in example]
     model = model.to(device).eval()
     if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # the tuned kernels run in Triton's interpreter here
         print("no GPU here: regions are validated in Triton's CPU interpreter and ranked by the cost model",
               file=sys.stderr)
     start = time.time()
     stats = tune_model(model, *inputs, progress=not args.quiet, trials=args.trials, search_backend=args.backend,
                        cache=args.cache, seed=args.seed)
     cache = args.cache or default_cache_dir()
-    print(f"tuned {stats.regions} matmul regions: {stats.searched} searched, {stats.cached} loaded from the plan "
-          f"cache (identical regions share one plan) in {time.time() - start:.1f} s; plans in {cache}")
+    print(f"tuned {_count(stats.regions, 'matmul region')}: {stats.searched} searched, {stats.cached} loaded from "
+          f"the plan cache (identical regions share one plan) in {time.time() - start:.1f} s; plans in {cache}")
     if stats.choices:
         print(stats.explain())
     print(f"use them: torch.compile(model, backend=fusionsearch.backend(cache={cache!r}, trials={args.trials}))")
@@ -502,16 +553,51 @@ def _check_cache_dir(path: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors are one line on stderr (exit 2) as every other user error is."""
+    """argparse's parser, whose usage errors are one line on stderr (exit 2) as every other user error is, and
+    whose arguments that read their choices from the package (which imports torch) are added (`later`) only
+    when their command is parsed or its help shown: `fusionsearch --help` and `--version` never import torch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._later: list[Any] = []
+
+    def later(self, add: Any) -> None:
+        """Call `add(self)` before this parser parses or shows its help."""
+        self._later.append(add)
+
+    def _complete(self) -> None:
+        while self._later:
+            self._later.pop(0)(self)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._complete()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._complete()
+        return super().format_usage()
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"fusionsearch: error: {message} (see {self.prog} --help)\n")
 
 
+DESCRIPTION = """Find how to fuse the pointwise work around matmuls into Triton kernels: search a built-in workload or
+a JSON graph spec for its fastest fusion plan, explain and run a saved plan, tune a PyTorch model's matmul regions
+for torch.compile, and train the learned cost model.
+
+Logging: -v (INFO) / -vv (DEBUG) or --log-level LEVEL show the fusionsearch.* loggers on stderr
+(fusionsearch.search: the study, its trials and workers; fusionsearch.measure: measurement workers;
+fusionsearch.backend: the torch.compile backend); without them only warnings are shown."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fusionsearch.version import __version__
 
-    parser = _Parser(prog="fusionsearch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="fusionsearch", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"fusionsearch {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log the fusionsearch.* loggers on stderr: -v INFO, -vv DEBUG")
@@ -523,36 +609,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search the best fusion plan for a workload or a JSON graph spec")
     p.add_argument("target", nargs="?", help=f"built-in workload name or SPEC.json (default: {DEFAULT_WORKLOAD})")
     p.add_argument("--shape", default="", help="shape parameters of a workload, e.g. M=16,K=4096,N=4096")
-    p.add_argument("--dtype", default="bfloat16", help="dtype of a workload (bfloat16, float16, float32)")
-    p.add_argument("--trials", type=int, default=32, help="total trials of the study (default 32)")
-    p.add_argument("--backend", default="auto", help="auto (gpu when present), gpu, interpret (CPU), model")
-    p.add_argument("--sampler", default="auto",
+    p.add_argument("--dtype", type=_dtype, default="bfloat16", help="dtype of a workload (bfloat16, float16, float32)")
+    p.add_argument("--trials", type=_whole(1, what="a number of trials"), default=32,
+                   help="total trials of the study (default 32)")
+    p.add_argument("--backend", type=_one_of("BACKENDS"), default="auto",
+                   help="auto (gpu when present), gpu, interpret (CPU), model")
+    p.add_argument("--sampler", type=_one_of("SAMPLERS"), default="auto",
                    help="auto (ranked with a learned cost model, else tpe), ranked (measure in the cost model's "
                         "order), tpe, brute (exhaustive), random")
     p.add_argument("--storage", default=None, help="Optuna storage URL (sqlite:///f.db, postgresql://..., journal:f)")
-    p.add_argument("--study", default=None, help="study name, to resume or to share between workers")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--bytes-rule", type=float, default=1.1, help="prologue bytes factor (default 1.1)")
+    p.add_argument("--study", type=_study_name, default=None, help="study name, to resume or to share between workers")
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--timeout", type=_positive("the time limit (seconds)"), default=None,
+                   help="stop after this many seconds")
+    p.add_argument("--bytes-rule", type=_positive("the prologue bytes factor"), default=1.1,
+                   help="prologue bytes factor (default 1.1)")
     p.add_argument("--no-bytes-rule", action="store_true", help="let measurement decide every prologue")
     p.add_argument("--out", default=None, help="write plan.json, the exported kernels and report.md here")
-    p.add_argument("--cost-model", default="auto",
+    p.add_argument("--cost-model", type=_cost_model, default="auto",
                    help="auto (learned model when one matches this GPU), analytic, learned, or a model file "
                         "(.npz, .skops)")
-    p.add_argument("--refit-every", type=int, default=4,
+    p.add_argument("--refit-every", type=_whole(0, what="a number of measured plans"), default=4,
                    help="on the GPU, correct the learned model on this search's measured kernels every N measured "
                         "plans (default 4; 0 never)")
-    p.add_argument("--compile-ranked", type=int, default=0,
+    p.add_argument("--compile-ranked", type=_whole(0, what="a number of plans"), default=0,
                    help="with a learned model, compile the N plans predicted fastest for the GPU (on the CPU) and "
                         "rank them again with their registers, spills and shared memory (default 0: the blind "
                         "ranking, the better one on the reference workloads; 2 x --trials is a usual N)")
-    p.add_argument("--finalists", type=int, default=3,
+    p.add_argument("--finalists", type=_whole(0, what="a number of plans"), default=3,
                    help="on the GPU, time the N fastest measured plans again side by side at the end and keep the "
                         "fastest by that (default 3; 0 never)")
     p.add_argument("--no-library", action="store_true",
                    help="Triton templates only: never run a matmul in PyTorch's own matmul (cuBLAS), which the "
                         "search otherwise may where nothing is fused into it")
-    p.add_argument("--trial-timeout", type=float, default=300.0,
+    p.add_argument("--trial-timeout", type=_positive("a trial's time limit (seconds)"), default=300.0,
                    help="on the GPU, seconds a plan may take to validate and time before its trial fails and its "
                         "measurement worker is replaced (default 300)")
     p.add_argument("--workers", default="1",
@@ -602,11 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graphs", type=_whole(1), default=100, help="random graphs to measure (default 100)")
     p.add_argument("--plans-per-graph", type=_whole(1), default=12, help="plans sampled per graph (default 12)")
     p.add_argument("--seed", type=SEED, default=0, help="first random graph's seed")
-    from fusionsearch.datasets.random_graphs import FAMILIES
-
-    p.add_argument("--family", choices=FAMILIES, default="mixed",
-                   help="random graph family: dense and batched matmuls (default), mixture-of-experts FFNs, or "
-                   "1-16-row matmuls on int8/int4/16-bit weights")
+    p.later(_family_argument)
     p.add_argument("--out", required=True, help="dataset file (appended; a killed run resumes where it stopped)")
     p.add_argument("--quiet", action="store_true", help="no per-graph progress lines")
     p.set_defaults(func=_cmd_costmodel_collect)
@@ -629,12 +715,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-width-split", action="store_true",
                    help="one set of models for every kernel (default: graphs with 16-bit matmul operands get "
                         "their own, which price all but fp32 matmul templates)")
-    _fp32_dot_argument(p)
+    p.later(_fp32_dot_argument)
     p.set_defaults(func=_cmd_costmodel_train)
     p = cm_sub.add_parser("evaluate", help="rank each graph's plans with a model and compare to the measurements")
     p.add_argument("model", help="model file written by `costmodel train`")
     p.add_argument("data", help="measurements dataset")
-    _fp32_dot_argument(p)
+    p.later(_fp32_dot_argument)
     p.set_defaults(func=_cmd_costmodel_evaluate)
     # ---- end costmodel ----
     return parser

@@ -266,3 +266,33 @@ def test_a_graph_of_one_possible_plan_is_searched_in_one_trial(tmp_path: Path,
     first = f"searching {tmp_path / 'pw.json'} (2 nodes, 0 matmuls), 1 possible plan: 1 trial, backend model"
     assert out.startswith(first)
     assert "trials: 1 (1 estimated)" in out
+
+
+# ---- issue 53 item 8: what a user notices ----------------------------------------------------------------------
+
+def test_a_plan_file_that_is_not_json_is_named_in_the_error(searched: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan: not valid JSON` named no file; explain and run name the plan file they read."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "graph.json").write_text((searched / "graph.json").read_text())
+    (saved / "plan.json").write_text("{not json")
+    for argv in (["explain", str(saved)], ["run", str(saved)]):
+        err = _user_error(argv, capsys, f"{saved / 'plan.json'}: not valid JSON")
+        assert "plan: " not in err, err
+
+
+def test_the_out_directory_has_the_permissions_the_umask_gives(tmp_path: Path) -> None:
+    """--out was renamed from tempfile.mkdtemp's directory, 0700 whatever the umask; now as any new directory."""
+    old = os.umask(0o022)
+    try:
+        assert main([*SEARCH, "--out", str(tmp_path / "o")]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "o").stat().st_mode & 0o777 == 0o755
+
+
+def test_one_matmul_is_said_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SEARCH, "--trials", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("searching mm_bias_gelu (6 nodes, 1 matmul), 1 trial, backend model"), first

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.errors import MeasureError, SpecError
+from fusionsearch.errors import MeasureError, PlanError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
 
@@ -44,12 +44,26 @@ def load_saved(directory: str) -> tuple[OpGraph, Plan]:
     if missing:
         raise SpecError(f"{directory}: no {' or '.join(missing)} here; give a search's --out directory")
     graph = load_graph(os.path.join(directory, "graph.json"))
+    return graph, read_plan(os.path.join(directory, "plan.json"), graph)
+
+
+def read_plan(path: str, graph: OpGraph) -> Plan:
+    """The plan saved at `path` for `graph`; a SpecError or PlanError that names the file (Plan.from_json reads
+    text and cannot name it)."""
     try:
-        with open(os.path.join(directory, "plan.json")) as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{directory}/plan.json cannot be read ({e})") from None
-    return graph, Plan.from_json(text, graph)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the plan ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not a plan (not UTF-8 text: byte {e.object[e.start]:#04x} at offset "
+                        f"{e.start})") from None
+    try:
+        return Plan.from_json(text, graph)
+    except PlanError as e:
+        raise PlanError(f"{path}: {str(e).removeprefix('plan: ')}") from None
+    except SpecError as e:
+        raise SpecError(f"{path}: {str(e).removeprefix('plan: ')}") from None
 
 
 def check_inputs(graph: OpGraph, given: Sequence[InputSpec]) -> None:
