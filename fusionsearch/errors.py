@@ -1,5 +1,7 @@
 """One exception hierarchy: every user-facing failure is a FusionSearchError with a sentence saying what to fix."""
 
+from collections.abc import Iterable, Sequence
+
 
 class FusionSearchError(Exception):
     """Base of every error fusionsearch raises on purpose; the CLI prints it as one line and exits 2."""
@@ -28,6 +30,18 @@ class MeasureError(FusionSearchError):
 
 class CostModelError(FusionSearchError):
     """A cost model cannot be loaded, trained or applied (schema mismatch, not a model file)."""
+
+
+def check_names(given: Iterable[str], valid: Sequence[str], what: str) -> None:
+    """SpecError for the first name in `given` that is not in `valid` (`what` says whose: "fs.tune option"),
+    with the closest valid name where one is close and every valid one: Python's own TypeError names none."""
+    import difflib
+
+    for name in given:
+        if name not in valid:
+            close = difflib.get_close_matches(str(name), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"unknown {what} {name!r}{hint}; valid: {', '.join(valid)}")
 
 
 def failure_reason(e: BaseException, limit: int = 500) -> str:

@@ -60,6 +60,32 @@ def child_environment(**overrides: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **overrides}
 
 
+def interpret_without_gpu() -> bool:
+    """The one rule for where Triton runs fusionsearch's kernels, which the CLI's commands and the API's entry
+    points (fs.tune, fs.capture, tune_model) follow: on a machine without a CUDA GPU, in Triton's CPU interpreter,
+    switched on here for the rest of the process; with a GPU, as the environment says. Triton reads the flag
+    when it decorates a function, its own library (tl.sum, tl.sigmoid) at `import triton`, which anything making
+    fake tensors imports (a capture, an extern op's shape, torch.compile): so the entry points call this before
+    any of that. Returns whether the interpreter is on."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ[INTERPRET] = "1"
+    return current().interpret
+
+
+def triton_built_for_gpu() -> bool:
+    """Whether Triton's own library was decorated for a GPU, by an `import triton` before the interpreter was
+    switched on: no later switch undoes it, and an interpreted kernel calling it fails ("Cannot call
+    @triton.jit'd outside of the scope of a kernel"). False while Triton is not imported."""
+    standard = sys.modules.get("triton.language.standard")
+    if standard is None:
+        return False
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(getattr(standard, "sum", None), JITFunction)
+
+
 @contextlib.contextmanager
 def interpreter() -> Iterator[None]:
     """Run Triton in its CPU interpreter for the duration: Triton reads the flag from the environment at launch,

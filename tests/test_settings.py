@@ -44,3 +44,20 @@ def test_the_interpreter_switch_restores_the_flag(before: str | None, monkeypatc
 def test_a_worker_environment_carries_the_import_path_and_overrides() -> None:
     env = settings.child_environment(CUDA_VISIBLE_DEVICES="1")
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["PYTHONPATH"].split(os.pathsep)[0] in sys.path
+
+
+@pytest.mark.parametrize(("gpu", "expected"), [(False, "1"), (True, None)])
+def test_without_a_gpu_the_interpreter_is_switched_on(gpu: bool, expected: str | None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert settings.interpret_without_gpu() is (not gpu)  # the rule the CLI and the API share
+    assert os.environ.get("TRITON_INTERPRET") == expected
+
+
+def test_triton_here_was_built_for_the_interpreter() -> None:
+    import triton  # noqa: F401  (conftest switched the interpreter on before anything imported Triton)
+
+    assert not settings.triton_built_for_gpu()

@@ -22,6 +22,7 @@ import torch
 
 from fusionsearch import settings
 from fusionsearch.codegen.module import PlanModule, generate_module
+from fusionsearch.codegen.outpaths import check_out_dir
 from fusionsearch.errors import CodegenError, MeasureError
 from fusionsearch.graph.ops_extern import _call as call_extern
 
@@ -84,6 +85,7 @@ def load_source(source: str) -> ModuleType:
     path = os.path.join(cache_dir(), f"fs_{key}.py")
     _refresh_entry(path, source)
     mod_name = f"fusionsearch_generated_{key}"
+    check_interpreter()
     with _LOADING:  # a module is in sys.modules from before its code runs: another thread must not take it half-made
         if mod_name not in sys.modules:
             _exec_module(mod_name, path, source)
@@ -91,6 +93,16 @@ def load_source(source: str) -> ModuleType:
 
 
 _LOADING = threading.Lock()
+
+
+def check_interpreter() -> None:
+    """CodegenError where Triton's interpreter is on but Triton's library was built for a GPU (imported before
+    the switch, settings.triton_built_for_gpu): every kernel would fail with Triton's "Cannot call @triton.jit'd
+    outside of the scope of a kernel", which does not say what to do."""
+    if settings.current().interpret and settings.triton_built_for_gpu():
+        raise CodegenError("Triton was imported (by torch.compile, torch._dynamo or `import triton`) before its CPU "
+                           "interpreter was switched on, so its library runs only on a GPU: start Python with "
+                           "TRITON_INTERPRET=1, or call fusionsearch before anything imports Triton")
 
 
 def _exec_module(mod_name: str, path: str, source: str) -> None:
@@ -164,7 +176,8 @@ def compile_plan(plan: Any, **options: Any) -> CompiledPlan:
 
 def export_plan(plan: Any, directory: str, **options: Any) -> str:
     """Write `fusionsearch_plan.py` (kernels + run), `plan.json` (with the options it was generated with) and,
-    with externs, `externs.json`."""
+    with externs, `externs.json` into `directory`: a new or an empty one, refused as the CLI's --out is."""
+    check_out_dir(directory, "export directory")
     plan = plan.with_options(**options)
     generated = generate_module(plan)
     os.makedirs(directory, exist_ok=True)
