@@ -16,7 +16,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
+from fusionsearch import settings
 from fusionsearch.errors import FusionSearchError, GraphError
 from fusionsearch.graph.matmul_folding import fold_broadcast_bmm, rows_first_bmm
 from fusionsearch.graph.opgraph import OpGraph
@@ -153,6 +155,7 @@ def capture_program(fn_or_module: Callable[..., Any], *example_inputs: Any, **ex
     one more output of the graph (see CapturedProgram)."""
     if not callable(fn_or_module):
         raise GraphError(f"capture needs a function or nn.Module, got {type(fn_or_module).__name__}")
+    settings.interpret_without_gpu()  # the trace imports Triton: its interpreter is chosen first (no GPU: on)
     fn, names, flat, slots = _flatten(fn_or_module, list(example_inputs), example_kwargs)
     gm = _trace(fn, flat)
     builder = _Builder(gm)
@@ -195,6 +198,7 @@ def _flatten(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
         call.out_spec = tree_flatten(out)[1]  # type: ignore[attr-defined]  # the structure the caller gets back
         return out
 
+    call.__name__ = type(fn).__name__ if isinstance(fn, torch.nn.Module) else getattr(fn, "__name__", "the function")
     return call, names + [k.replace(".", "_") for k in keys], inputs + [v for _, v in state], slots
 
 
@@ -245,6 +249,10 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphMo
         gm = make_fx(torch.func.functionalize(fn), tracing_mode="fake")(*[t.detach() for t in inputs])
     except FusionSearchError:
         raise
+    except GuardOnDataDependentSymNode:
+        raise GraphError(f"tracing {getattr(fn, '__name__', 'the function')} failed: it decides in Python on a "
+                         "tensor's values (`if t > 0`, float(t), int(t), `.item()` used as a number or size), "
+                         "which cannot be captured; keep it a tensor (torch.where instead of if)") from None
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise GraphError(f"tracing {getattr(fn, '__name__', 'the function')} failed: {first}") from None
@@ -254,6 +262,23 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphMo
     rows_first_bmm(gm)  # matrices times one column: one row times the transposed matrices
     gm.graph.eliminate_dead_code()
     return gm
+
+
+def _refuse_data_dependent(node: fx.Node, op: str, args: Sequence[Any]) -> None:
+    """GraphError naming what the user wrote where a value depends on a tensor's contents: a Python number read
+    from a tensor (`.item()`, float(t)), or an op whose output size depends on the values (nonzero). A kernel
+    plan is fixed by shapes alone, so neither can be captured; the aten name alone would not say why."""
+    if op == "_local_scalar_dense":
+        src = args[0]
+        of = f"the result of {src.target.overloadpacket.__name__}" if isinstance(src, fx.Node) and isinstance(
+            src.target, torch._ops.OpOverload) else "an input"
+        raise GraphError(f"cannot capture `.item()` (or float(), int(), bool()) of a tensor ({of}): a Python number "
+                         "read from a tensor's values is data-dependent; keep it a tensor (`t.max()`, not "
+                         "`t.max().item()`)")
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in val.shape):
+        raise GraphError(f"cannot capture {op}: the size of its output depends on its input's values "
+                         "(data-dependent); only ops whose output sizes follow from input sizes can be captured")
 
 
 def _args(node: fx.Node) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -387,6 +412,7 @@ class _Builder:
         if isinstance(node.meta.get("val"), tuple | list):
             return _Multi(node)
         op = target.overloadpacket.__name__
+        _refuse_data_dependent(node, op, args)
         if op == "copy_" and args[0].op == "placeholder":  # an input written in place: its new value
             self._mutate(self._tensor(args[0]), self._tensor(args[1]), args[0])
             return None

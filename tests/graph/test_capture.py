@@ -270,3 +270,20 @@ def test_slices_capture_as_index_maps_and_fuse_into_the_matmul_prologue(take: ob
     v = fs.measure.validate(plan, g)
     assert v.ok, v.reason
     assert torch.allclose(compile_plan(plan)(x, w)[0], f(x, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("fn", "message"), [
+    (lambda a, c: (a @ c) * a.max().item(),
+     "cannot capture `.item()` (or float(), int(), bool()) of a tensor (the result of max): a Python number read "
+     "from a tensor's values is data-dependent; keep it a tensor (`t.max()`, not `t.max().item()`)"),
+    (lambda a, c: (a @ c) if a.sum() > 0 else c,
+     "tracing <lambda> failed: it decides in Python on a tensor's values (`if t > 0`, float(t), int(t), `.item()` "
+     "used as a number or size), which cannot be captured; keep it a tensor (torch.where instead of if)"),
+    (lambda a, c: torch.nonzero(a @ c),
+     "cannot capture nonzero: the size of its output depends on its input's values (data-dependent); only ops "
+     "whose output sizes follow from input sizes can be captured"),
+], ids=["item", "branch", "nonzero"])
+def test_a_data_dependent_value_is_refused_naming_what_was_written(fn: object, message: str) -> None:
+    with pytest.raises(GraphError) as e:
+        fs.capture(fn, torch.randn(4, 4), torch.randn(4, 4))
+    assert str(e.value) == message
