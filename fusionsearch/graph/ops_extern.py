@@ -6,8 +6,10 @@ dtypes, no data), so any aten op works and none allocates at load, a factory (at
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -99,13 +101,25 @@ def _call(tensors: Sequence[Any], attrs: Attrs) -> Any:
     return out
 
 
+@contextlib.contextmanager
+def _no_fake_tensor_log() -> Iterator[None]:
+    """FakeTensorMode logs an op's refusal of its fake inputs as an ERROR with torch's 17-line traceback before
+    raising it; `_meta` reports that refusal as the graph's error in one line, so the log is held back."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
+
+
 def _meta(ins: Sequence[InputInfo], attrs: Attrs) -> torch.Tensor:
     """The op's result on fake tensors: shape and dtype as eager PyTorch gives them, no memory touched. Fallback
     kernels (real kernels run on zeros where an op has no fake rule) are off, so nothing is ever allocated."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     try:
-        with FakeTensorMode(allow_fallback_kernels=False):
+        with _no_fake_tensor_log(), FakeTensorMode(allow_fallback_kernels=False):
             tensors = [torch.empty(i.shape, dtype=i.dtype) for i in ins]
             out = _call(tensors, attrs)
     except GraphError:

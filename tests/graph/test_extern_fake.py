@@ -165,3 +165,20 @@ def test_an_extern_target_is_looked_up_never_called_so_a_hostile_spec_cannot_cha
         assert "registered aten operator overload" in message or "must name an aten operator overload" in message, \
             (target, message)
         assert "\n" not in message
+
+
+def test_an_extern_refusing_its_inputs_is_one_line_without_torchs_logged_traceback() -> None:
+    """Issue 53 item 18: FakeTensorMode logged a 17-line traceback (an ERROR of torch._subclasses.fake_tensor) on
+    stderr before the spec's one-line refusal. Run in a fresh process: torch's log handler writes to its stderr."""
+    code = ("import torch, fusionsearch as fs\n"
+            "g = fs.OpGraph()\n"
+            "x = g.input('x', (3, 4), torch.float32)\n"
+            "try:\n"
+            "    g.add('extern', [x], name='y', target='aten.mm.default', args=[{'input': 0}, {'input': 0}])\n"
+            "except fs.errors.GraphError as e:\n"
+            "    print(e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "extern aten.mm.default rejects its inputs x [3, 4] torch.float32: a and b must have same reduction " \
+        "dim" in run.stdout
+    assert "Traceback" not in run.stderr and "failed while attempting to run meta" not in run.stderr, run.stderr
