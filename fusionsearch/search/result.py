@@ -49,10 +49,11 @@ class BoundPlan:
         return self.signature.outputs(outs)
 
 
-@dataclass
+@dataclass(repr=False)
 class TuneResult:
     """What `fusionsearch.tune` returns: `.best` (a Plan) and its time `.best_us` (measured on the gpu
-    backend, predicted otherwise), `.trials`, and compile/export/explain/report."""
+    backend, predicted otherwise), `.trials`, `.study` (the Optuna study, in memory or on the storage: what
+    optuna.visualization reads), and compile/export/explain/report."""
 
     graph: OpGraph
     space: Any
@@ -68,6 +69,13 @@ class TuneResult:
     cost_model: str = "analytic"  # which model priced the trials: "analytic" or "learned (<GPU it was trained on>)"
     sampler: str = ""
     signature: Any = None  # graph.capture.CallSignature of a tuned function or module: compile() takes its call
+    study: Any = None  # the optuna.Study the trials ran in (optuna.visualization.plot_optimization_history(res.study))
+    graph_name: str = ""  # what the graph is called in the study's records (the workload, the file, its ops)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass's would print the graph, the space, every trial): name, best, trials."""
+        return (f"TuneResult({self.graph_name or 'graph'}: best {self.best_us:.1f} us on backend {self.backend}, "
+                f"{len(self.trials)} trials, study {self.study_name!r})")
 
     def workers(self) -> dict[str, int]:
         """Trials by the worker process that ran them (empty for a search of one process)."""
@@ -88,7 +96,9 @@ class TuneResult:
         return compiled if self.signature is None else BoundPlan(compiled, self.signature)
 
     def export(self, directory: str) -> str:
-        """Write the best plan's standalone module, plan.json, graph.json and report.md into `directory`."""
+        """Write the best plan's standalone module, plan.json, graph.json and report.md into `directory` (a new or
+        an empty one: SpecError, as the CLI's --out, for a file, a link, a directory holding files, a place no file
+        can be created in)."""
         path = export_plan(self.best, directory)
         self.graph.save(os.path.join(directory, "graph.json"))
         self.report(os.path.join(directory, "report.md"))

@@ -15,9 +15,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import optuna
 import torch
 
-from fusionsearch.errors import SpecError
+from fusionsearch import settings
+from fusionsearch.codegen.runtime import check_interpreter
+from fusionsearch.errors import SpecError, check_names
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.search.options import BACKENDS, SAMPLERS, SearchOptions, resolve_backend
 from fusionsearch.search.result import TuneResult
@@ -58,10 +61,20 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
                 log.warning("search worker %s exited with code %d: %s", e.tag, e.code, e.stderr_tail)
         # Join the study here too: whatever a dead worker left waiting (or retried) is run now.
         session.objective.tag = "main"
-        return run_session(session, inputs, None, start, options.storage)
+        res = run_session(session, inputs, None, start, options.storage)
+        if own_storage:  # the study's file goes with the folder: the result keeps a copy in memory
+            res.study = in_memory(session.slots.study)
+        return res
     finally:
         if own_storage:
             shutil.rmtree(own_storage, ignore_errors=True)
+
+
+def in_memory(study: optuna.Study) -> optuna.Study:
+    """A copy of `study` in memory, every trial with it (for a study whose storage is about to be removed)."""
+    memory = optuna.storages.InMemoryStorage()
+    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage, to_storage=memory)
+    return optuna.load_study(study_name=study.study_name, storage=memory)
 
 
 def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = 64, backend: str = "auto",
@@ -74,6 +87,8 @@ def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = 64, back
     >>> res.best.kernels[0].epilogue
     ('y_bias', 'out')
     """
+    check_names(options, [f for f in SearchOptions.__dataclass_fields__ if f != "worker_tag"], "fs.tune option")
+    interpreting = settings.interpret_without_gpu()  # as the CLI: no GPU, Triton's interpreter (before a capture)
     signature = None
     if isinstance(fn_or_graph, OpGraph):
         graph = fn_or_graph
@@ -89,6 +104,8 @@ def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = 64, back
         raise SpecError(f"tune needs an OpGraph or a PyTorch function/module, got {type(fn_or_graph).__name__}")
     opts = SearchOptions(trials=trials, backend=backend, storage=storage, study_name=study_name, seed=seed,
                          timeout=timeout, **options)
+    if interpreting and resolve_backend(opts.backend) == "interpret":
+        check_interpreter()  # Triton imported for a GPU before this call: say so before any trial fails on it
     given = list(example_inputs) if signature is None else signature.inputs(example_inputs, {})
     inputs = given if given and all(isinstance(t, torch.Tensor) and t.is_cuda for t in given) else None
     if inputs is not None and len(inputs) != len(graph.inputs):
