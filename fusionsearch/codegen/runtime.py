@@ -166,7 +166,9 @@ def _extern_callables(plan: Any) -> list[Any]:
 
 def compile_plan(plan: Any, **options: Any) -> CompiledPlan:
     """Generate, cache and import the plan's module; externs are bound to the registry's torch calls.
-    `options` (CodegenOptions' names) replace the plan's own for this module."""
+    `options` (CodegenOptions' names) replace the plan's own for this module. Without a GPU, its kernels run in
+    Triton's interpreter (settings.interpret_without_gpu: the rule of the CLI and of fs.tune)."""
+    settings.interpret_without_gpu()
     plan = plan.with_options(**options)
     generated = generate_module(plan)
     module = load_source(generated.source)
