@@ -63,13 +63,16 @@ def estimate(plan: Plan, hw: Hardware = H200) -> Estimate:
 
 def check_hardware(hw: Hardware) -> None:
     """A CostModelError unless every figure the model divides by is a positive finite number (a profile read from
-    a file may hold a 0)."""
+    a file may hold a 0) and the launch cost a finite one."""
     figures = {"multiprocessors": hw.multiprocessors, "bandwidth_bytes_per_s": hw.bandwidth_bytes_per_s,
-               "shared_memory_bytes": hw.shared_memory_bytes,
+               "shared_memory_bytes": hw.shared_memory_bytes, "l2_bytes": hw.l2_bytes,
                **{f"peak_flops[{k!r}]": v for k, v in hw.peak_flops.items()}}
     for name, value in figures.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
             raise CostModelError(f"hardware profile {hw.name!r}: {name} must be a positive number, got {value!r}")
+    launch = hw.launch_us  # added to every kernel's time: a NaN here makes every plan NaN
+    if isinstance(launch, bool) or not isinstance(launch, int | float) or not 0 <= launch < math.inf:
+        raise CostModelError(f"hardware profile {hw.name!r}: launch_us must be a finite number >= 0, got {launch!r}")
 
 
 # ---- shared counting rules -----------------------------------------------------------------------

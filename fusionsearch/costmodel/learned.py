@@ -16,12 +16,16 @@ top-1 regret 0.069 -> 0.040 blind).
 Model files are `.npz` archives of plain arrays (costmodel/trees.py) and one JSON record: loading one runs no
 code from the file, needs no pickle and no scikit-learn, and takes a fraction of a second where the skops archive
 it replaced took seconds. Files bounded in size, with every tree checked acyclic and in range, are the only ones
-read. Older skops archives still load (their list of trusted types refuses any other), and a path ending in
-.skops still writes one."""
+read; down to their values: the trees' work a row (trees.check_work), the range of log times they can predict
+(MAX_LOG_PREDICTION) and the hardware profile, so that a file loads as a model whose every prediction is a
+finite, positive time, or is refused in one line. Older skops archives still load (their list of trusted types
+refuses any other; their regressors are read as plain trees, checked alike), and a path ending in .skops still
+writes one."""
 
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import warnings
 import zipfile
@@ -31,6 +35,7 @@ import numpy as np
 
 from fusionsearch import settings
 from fusionsearch.costmodel import trees
+from fusionsearch.costmodel.analytic import check_hardware
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     COMPILED_FEATURES,
@@ -62,6 +67,9 @@ GROUPS = ("models", "compiled_models", "narrow_models", "narrow_compiled_models"
 TRUSTED_TYPES = ["sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor"]
 
 _MIN_US = 1e-3  # floor of a time before its log is taken (µs)
+# The most any regressor may predict, either way, in log units (of the time over the roofline's, or of the time in
+# µs without `baseline`): e^50 is 5e21, past any kernel; the shipped models' trees reach -5.7 to 11.1 at most.
+MAX_LOG_PREDICTION = 50.0
 _COMPILED_COLUMNS = [FEATURE_NAMES.index(name) for name in COMPILED_FEATURES]
 
 
@@ -183,7 +191,9 @@ class LearnedCostModel:
                 (~wide, getattr(self, "narrow_models_", []), getattr(self, "narrow_compiled_models_", []))):
             if rows.any():
                 log_ratio[rows] = _bagged_log_ratio(X[rows], models, compiled_models)
-        return _library_priced(X, np.exp(log_ratio + self._offset(X)))
+        with np.errstate(over="ignore", invalid="ignore"):  # what overflows is refused, in one line, just below
+            times = np.exp(log_ratio + self._offset(X))
+        return _positive_times(_library_priced(X, times))
 
     def _fit_bags(self, X: np.ndarray, target: np.ndarray, groups: Any
                   ) -> tuple[list[HistGradientBoostingRegressor], list[HistGradientBoostingRegressor]]:
@@ -265,6 +275,7 @@ class LearnedCostModel:
             skops.io.dump({**record, **models}, tmp, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
         else:
             groups = {name: [_as_trees(m) for m in group] for name, group in models.items()}
+            _check_trees_values(path, sum(groups.values(), []))  # a file that `load` would refuse is not written
             trees.write(tmp, {**record, "format_version": FORMAT_VERSION, "n_features": len(FEATURE_NAMES)}, groups)
         os.replace(tmp, path)
         return path
@@ -272,6 +283,30 @@ class LearnedCostModel:
 
 def _as_trees(model: Any) -> trees.Trees:
     return model if isinstance(model, trees.Trees) else trees.Trees.from_regressor(model)
+
+
+def _check_trees_values(path: str, regressors: list[trees.Trees]) -> None:
+    """Refuse regressors that cost a row too much work (trees.check_work) or can predict a log time beyond
+    MAX_LOG_PREDICTION (whose exponential is no kernel's time, or no finite number)."""
+    try:
+        trees.check_work(regressors)
+    except CostModelError as e:
+        raise CostModelError(f"{path}: {e}") from None
+    for r in regressors:
+        low, high = r.bounds
+        if not -MAX_LOG_PREDICTION <= low <= high <= MAX_LOG_PREDICTION:
+            raise CostModelError(f"{path}: refused, its trees predict log times from {low:.3g} to {high:.3g}, "
+                                 f"beyond the ±{MAX_LOG_PREDICTION:g} of any kernel's time (damaged leaf values)")
+
+
+def _positive_times(times: np.ndarray) -> np.ndarray:
+    """`times` (µs) when each is a finite, positive number; else a CostModelError (a model must never rank
+    plans by inf or NaN: the loaded files' checks make this unreachable for them)."""
+    bad = ~(np.isfinite(times) & (times > 0))
+    if bad.any():
+        raise CostModelError(f"the learned cost model predicted {float(times[bad][0])!r} us for a kernel, not a "
+                             "finite, positive time: retrain it, or search with --cost-model analytic")
+    return times
 
 
 def without_compiled(X: np.ndarray) -> np.ndarray:
@@ -378,13 +413,46 @@ def _from_record(path: str, record: dict[str, Any]) -> LearnedCostModel:
         model = LearnedCostModel(**{"width_split": False, **params})
     except TypeError:
         raise CostModelError(f"{path}: its hyperparameters {sorted(params)} do not fit this fusionsearch") from None
+    _check_params(path, model)
+    try:  # a legacy file's scikit-learn regressors predict exactly as their plain trees, which are checked
+        inner, extra = [_as_trees(m) for m in inner], [[_as_trees(m) for m in models] for models in extra]
+    except CostModelError as e:
+        raise CostModelError(f"{path}: {e}") from None
+    except Exception as e:  # a skops file's regressor that is not one scikit-learn fitted
+        raise CostModelError(f"{path}: a regressor that is not a fitted one ({type(e).__name__})") from None
+    _check_trees_values(path, [*inner, *sum(extra, [])])
     model.models_, (model.compiled_models_, model.narrow_models_, model.narrow_compiled_models_) = inner, extra
     model.schema_version_ = FEATURE_SCHEMA_VERSION
     model.feature_names_ = list(FEATURE_NAMES)
     model.n_features_in_ = len(FEATURE_NAMES)
-    hardware = record.get("hardware")
-    model.hardware_ = dict(hardware) if isinstance(hardware, dict) else None
+    model.hardware_ = _checked_hardware(path, record.get("hardware"))
     return model
+
+
+def _check_params(path: str, model: LearnedCostModel) -> None:
+    """Refuse hyperparameters of another type than their defaults' (`baseline` decides how a model predicts)."""
+    for name, default in LearnedCostModel().get_params().items():
+        value = getattr(model, name)
+        number = isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool)
+        if type(value) is not type(default) and not number:
+            raise CostModelError(f"{path}: its hyperparameter {name} is {value!r}, not a {type(default).__name__}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CostModelError(f"{path}: its hyperparameter {name} is {value!r}, not a finite number")
+
+
+def _checked_hardware(path: str, record: Any) -> dict[str, Any] | None:
+    """A file's hardware record (the GPU its times were measured on): None, or a record with a name whose
+    profile, when it has one, is a usable one (every figure finite and positive)."""
+    if record is None:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        raise CostModelError(f"{path}: its hardware record is not a record with a GPU name")
+    if record.get("profile") is not None:
+        try:
+            check_hardware(Hardware.from_dict(record["profile"]))
+        except (ValueError, CostModelError) as e:
+            raise CostModelError(f"{path}: its hardware profile is refused: {e}") from None
+    return dict(record)
 
 
 def _regressors(models: list[Any]) -> bool:

@@ -5,7 +5,9 @@ Why: a skops archive of the shipped model took seconds to load and scikit-learn'
 load in a fraction of a second and predict exactly as scikit-learn does (the same comparisons, the leaves summed
 in the same order). A file is untrusted input: every archive member is bounded by its zip header before it is
 decompressed, every array's dtype and shape is checked, and every tree must be acyclic (each child stored after
-its parent) with its indices in range, so no file can run code, hang the predictor or index outside an array."""
+its parent) with its indices in range, so no file can run code, hang the predictor or index outside an array. The
+work a prediction costs is bounded too, not only the bytes: a few hundred KB of deep trees compress well and
+once took a search 10x the shipped model's time, so a file's trees may cost a row at most MAX_WALK_STEPS steps."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import numpy as np
 
 from fusionsearch.errors import CostModelError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_MEMBER_BYTES", "MAX_TOTAL_BYTES", "Trees", "check_archive", "read", "write"]
+__all__ = ["MAX_FILE_BYTES", "MAX_LEVEL_STEPS", "MAX_MEMBER_BYTES", "MAX_TOTAL_BYTES", "MAX_WALK_STEPS", "Trees",
+           "check_archive", "check_work", "read", "write"]
 
 MAX_FILE_BYTES = 64 << 20  # a model file larger than this is refused unread (bytes)
 MAX_MEMBER_BYTES = 64 << 20  # an archive member whose header declares more is refused undecompressed (bytes)
@@ -29,6 +32,11 @@ MAX_TOTAL_BYTES = 256 << 20  # the same for the sum over members (bytes)
 MAX_MEMBERS = 100_000  # a legacy skops archive holds about 20,000 members
 MAX_DEPTH = 256  # levels of a tree, checked on load: the predictor takes one step a level (31 leaves: 30 at most)
 MAX_REGRESSORS = 1024  # per group of a file (a model holds 5 bagged regressors a group)
+# What one row's prediction may cost, over every regressor of a file: (row, tree) steps, one per tree level walked
+# plus one per tree (numpy's work), and levels walked one numpy call each (Python's). The shipped models take
+# 73,600 and 77,500 steps and 440 levels; 4x that leaves room for models trained with more iterations or bags.
+MAX_WALK_STEPS = 300_000
+MAX_LEVEL_STEPS = 2_000
 _CHUNK_CELLS = 1 << 20  # rows x trees walked at once: bounds the predictor's memory (about 8 bytes each)
 
 # The per-node arrays of a Trees and their dtypes: what a file must hold, nothing else.
@@ -67,6 +75,35 @@ class Trees:
     def n_trees(self) -> int:
         """How many trees (boosting iterations)."""
         return len(self.starts) - 1
+
+    @cached_property
+    def depths(self) -> np.ndarray:
+        """Each tree's depth (split levels from its root to its deepest leaf); CostModelError past MAX_DEPTH.
+        Read on construction, once children are known to come after their parents."""
+        tree_of = np.repeat(np.arange(self.n_trees), np.diff(self.starts))
+        depths = np.zeros(self.n_trees, dtype=np.int64)
+        frontier, depth = self.starts[:-1], 0  # every tree's roots, then each level's split nodes' children
+        while len(frontier := frontier[~self.is_leaf[frontier]]):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise CostModelError(f"a tree is deeper than {MAX_DEPTH} levels")
+            depths[tree_of[frontier]] = depth
+            frontier = np.unique(np.concatenate([self._children[2 * frontier], self._children[2 * frontier + 1]]))
+        return depths
+
+    @property
+    def walk_steps(self) -> int:
+        """The most (row, tree) steps one row's prediction takes: every tree's levels, and its leaf."""
+        return int(self.depths.sum()) + self.n_trees
+
+    @cached_property
+    def bounds(self) -> tuple[float, float]:
+        """The least and the greatest value `predict` can return for any row: the baseline plus each tree's
+        smallest (largest) leaf, summed."""
+        roots = self.starts[:-1]  # every tree has a node, so each slice is non-empty
+        low = np.minimum.reduceat(np.where(self.is_leaf, self.value, np.inf), roots)
+        high = np.maximum.reduceat(np.where(self.is_leaf, self.value, -np.inf), roots)
+        return float(self.baseline + low.sum()), float(self.baseline + high.sum())
 
     @staticmethod
     def from_regressor(model: Any) -> Trees:
@@ -173,12 +210,7 @@ def _check_trees(t: Trees) -> None:
         raise CostModelError(f"node {bad[0]} splits on feature {t.feature[bad[0]]}, outside 0..{t.n_features - 1}")
     if np.isnan(t.threshold[inner]).any() or not np.isfinite(t.value[t.is_leaf]).all():
         raise CostModelError("trees hold a NaN threshold or a non-finite leaf value")
-    frontier, depth = t.starts[:-1], 0  # every tree's roots, then each level's split nodes' children
-    while len(frontier := frontier[~t.is_leaf[frontier]]):
-        depth += 1
-        if depth > MAX_DEPTH:
-            raise CostModelError(f"a tree is deeper than {MAX_DEPTH} levels")
-        frontier = np.unique(np.concatenate([t._children[2 * frontier], t._children[2 * frontier + 1]]))
+    _ = t.depths  # refuses a tree deeper than MAX_DEPTH
 
 
 # ---- files: one .npz of groups of Trees and a JSON record -------------------------------------------
@@ -210,6 +242,8 @@ def read(path: str, groups: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, 
         meta = json.loads(arrays[_META].tobytes().decode())
     except (UnicodeDecodeError, ValueError):
         raise CostModelError(f"{path}: its metadata is not UTF-8 JSON") from None
+    except RecursionError:
+        raise CostModelError(f"{path}: its metadata is JSON nested too deeply to be a model's record") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("n_features"), int):
         raise CostModelError(f"{path}: its metadata is not a record with n_features")
     out = {}
@@ -218,7 +252,21 @@ def read(path: str, groups: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, 
             out[g] = _unpack({k: arrays[f"{g}.{k}"] for k in _GROUP_ARRAYS}, meta["n_features"])
         except CostModelError as e:
             raise CostModelError(f"{path}: {g}: {e}") from None
+    try:
+        check_work([m for models in out.values() for m in models])
+    except CostModelError as e:
+        raise CostModelError(f"{path}: {e}") from None
     return meta, out
+
+
+def check_work(models: list[Trees]) -> None:
+    """Refuse regressors that together cost a row more than MAX_WALK_STEPS (row, tree) steps or MAX_LEVEL_STEPS
+    levels to predict: what bounds a search's time spent in a model, whatever its file's size."""
+    steps, levels = sum(m.walk_steps for m in models), sum(int(m.depths.max()) + 1 for m in models)
+    if steps > MAX_WALK_STEPS or levels > MAX_LEVEL_STEPS:
+        raise CostModelError(f"refused, its trees would cost each prediction {steps} tree steps over {levels} levels, "
+                             f"over the {MAX_WALK_STEPS} and {MAX_LEVEL_STEPS} allowed (4x the shipped model's): "
+                             "train it with fewer iterations (--max-iter), bags (--bags) or shallower trees")
 
 
 def _unpack(a: dict[str, np.ndarray], n_features: int) -> list[Trees]:
@@ -291,12 +339,14 @@ def _read_npy(data: bytes, dtype: np.dtype, name: str) -> np.ndarray:
     as the member holds (so reading allocates no more than the bounded member), never pickled objects."""
     f = io.BytesIO(data)
     version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, _, found = np.lib.format.read_array_header_1_0(f)
-    elif version in ((2, 0), (3, 0)):
-        shape, _, found = np.lib.format.read_array_header_2_0(f)
-    else:
+    if version not in ((1, 0), (2, 0), (3, 0)):
         raise CostModelError(f"member {name}: unknown .npy version {version}")
+    try:  # numpy parses the header as a Python literal: a damaged one raises whatever its tokenizer does
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, _, found = read_header(f)
+    except Exception as e:
+        raise CostModelError(f"member {name}: its .npy header does not parse ({type(e).__name__})") from None
     if found.hasobject:
         raise CostModelError(f"member {name}: refused, it holds pickled Python objects")
     if found != dtype or len(shape) != 1 or shape[0] * dtype.itemsize != len(data) - f.tell():

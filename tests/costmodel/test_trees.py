@@ -4,6 +4,7 @@ CostModelError naming what is wrong, quickly: no code run, no loop, no unbounded
 
 from __future__ import annotations
 
+import json
 import pickle
 import signal
 import struct
@@ -185,6 +186,42 @@ def _rewrite(src: str, dst: Path, change: Callable[[dict[str, np.ndarray]], None
     return str(dst)
 
 
+def _meta(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, np.ndarray]], None]:
+    """An edit of a model file's JSON record."""
+    def edit(arrays: dict[str, np.ndarray]) -> None:
+        meta = json.loads(arrays["meta"].tobytes())
+        change(meta)
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    return edit
+
+
+def _rewrite_member(src: str, dst: Path, member: str, change: Callable[[bytes], bytes]) -> str:
+    """`src` with the raw bytes of archive member `member` (its .npy header included) changed."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            zout.writestr(info.filename, change(data) if info.filename == member else data)
+    return str(dst)
+
+
+def _chain(depth: int, n_features: int) -> dict[str, Any]:
+    """One tree of `depth` levels that every row walks to the bottom: node 2i splits into leaf 2i + 1 and, on
+    the right (any feature value is above -1e308), node 2i + 2."""
+    n = 2 * depth + 1
+    i = np.arange(n)
+    leaf = (i % 2 == 1) | (i == n - 1)
+    return dict(n_features=n_features, feature=np.zeros(n, np.int32), threshold=np.where(leaf, 0.0, -1e308),
+                left=np.where(leaf, 0, i + 1).astype(np.int32), right=np.where(leaf, 0, i + 2).astype(np.int32),
+                value=np.where(leaf, 1e-6, 0.0), missing_left=np.zeros(n, bool), is_leaf=leaf)
+
+
+def _tiled(tree: dict[str, Any], count: int) -> Trees:
+    """`count` copies of one tree as one regressor."""
+    nodes = len(tree["feature"])
+    return Trees(baseline=0.0, n_features=tree["n_features"], starts=np.arange(count + 1, dtype=np.int64) * nodes,
+                 **{k: np.tile(v, count) for k, v in tree.items() if k != "n_features"})
+
+
 def _first_split(arrays: dict[str, np.ndarray]) -> int:
     """The first split node of the first tree of the first blind regressor (its root)."""
     return int(np.flatnonzero(~arrays["models.is_leaf"])[0])
@@ -238,6 +275,16 @@ class Marker:
     ("pickle_file", r"not a cost model file \(not a zip archive, or truncated\)"),
     ("other_zip", r"not a fusionsearch model archive \(missing .*; unexpected notes.txt\)"),
     ("member_too_large", r"member models.value.npy would decompress to 4294967280 bytes, over the 67108864"),
+    # issue 53 items 11 and 18: files that ended in tracebacks, absurd times or a search past 180 s
+    ("deep_meta", r"its metadata is JSON nested too deeply to be a model's record"),
+    ("npy_header_unparsable", r"member models.value: its .npy header does not parse \(TokenError\)"),
+    ("hardware_nan", r"its hardware profile is refused: .*bandwidth_bytes_per_s must be a positive number, got nan"),
+    ("hardware_launch_nan", r"its hardware profile is refused: .*launch_us must be a finite number >= 0, got nan"),
+    ("huge_leaves", r"refused, its trees predict log times from 1.5e\+301 to 1.5e\+301, beyond the ±50"),
+    ("leaves_times_ten", r"refused, its trees predict log times from .*, beyond the ±50 of any kernel's time"),
+    ("params_wrong_type", r"its hyperparameter baseline is 'yes', not a bool"),
+    ("deep_trees", r"refused, its trees would cost each prediction 1608000 tree steps over 1608 levels, over the "
+                   r"300000 and 2000 allowed"),
 ])
 def test_a_malformed_or_hostile_model_file_is_refused_quickly(tmp_path: Path, case: str, match: str,
                                                               saved: tuple[LearnedCostModel, str, np.ndarray]
@@ -284,11 +331,77 @@ def test_a_malformed_or_hostile_model_file_is_refused_quickly(tmp_path: Path, ca
         with zipfile.ZipFile(bad, "w") as z:
             z.writestr("notes.txt", "hello")
         path = str(bad)
-    else:  # member_too_large: the central directory declares 4 GB for one member; its data stays small
+    elif case == "member_too_large":  # the central directory declares 4 GB for one member; its data stays small
         path = _declare_size(good, bad, "models.value.npy", 0xFFFFFFF0)
+    elif case == "deep_meta":
+        path = _rewrite(good, bad, lambda a: a.update({"meta": np.frombuffer(b"[" * 100_000 + b"]" * 100_000,
+                                                                             dtype=np.uint8)}))
+    elif case == "npy_header_unparsable":
+        path = _rewrite_member(good, bad, "models.value.npy", lambda data: data.replace(b"'shape': (", b"'shape': ((("))
+    elif case in ("hardware_nan", "hardware_launch_nan"):
+        field = "bandwidth_bytes_per_s" if case == "hardware_nan" else "launch_us"
+        path = _rewrite(good, bad, _meta(lambda m: m["hardware"].update(profile={**H200.to_dict(), field: "nan"})))
+    elif case in ("huge_leaves", "leaves_times_ten"):
+        def leaves(a: dict[str, np.ndarray]) -> None:
+            for g in GROUPS:
+                leaf, value = a[f"{g}.is_leaf"], a[f"{g}.value"].copy()
+                value[leaf] = 1e300 if case == "huge_leaves" else value[leaf] * 10 + np.sign(value[leaf]) * 5
+                a[f"{g}.value"] = value
+        path = _rewrite(good, bad, leaves)
+    elif case == "params_wrong_type":
+        path = _rewrite(good, bad, _meta(lambda m: m["params"].update(baseline="yes")))
+    else:  # deep_trees: chains 200 levels deep, small once compressed, 5x the work the shipped model costs a row
+        with np.load(good, allow_pickle=False) as npz:
+            meta = json.loads(npz["meta"].tobytes())
+        chain = _chain(200, len(FEATURE_NAMES))
+        trees.write(str(bad), meta, {g: [_tiled(chain, 1000)] * 2 for g in GROUPS})
+        assert bad.stat().st_size < 500_000  # the issue's was 663 KB
+        path = str(bad)
     with deadline(20), pytest.raises(CostModelError, match=match):
         load(path).predict(X)
     assert not marker.exists()  # nothing in the file ran
+
+
+def test_the_search_refuses_a_model_of_absurd_times_in_one_line(tmp_path: Path,
+                                                               saved: tuple[LearnedCostModel, str, np.ndarray],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53 item 11: leaves of 1e300 were accepted and `search` reported "best plan: inf us" with exit 0."""
+    from fusionsearch.cli import main
+
+    def huge(a: dict[str, np.ndarray]) -> None:
+        value = a["narrow_models.value"].copy()
+        value[a["narrow_models.is_leaf"]] = 1e300
+        a["narrow_models.value"] = value
+
+    path = _rewrite(saved[1], tmp_path / "huge.npz", huge)
+    assert main(["search", "swiglu", "--shape", "M=16,D=64,H=64", "--backend", "model", "--trials", "2",
+                 "--cost-model", path, "--quiet", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fusionsearch: error: {path}: refused, its trees predict log times")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_predicting_a_time_that_is_not_finite_and_positive_refuses_to_rank() -> None:
+    """What the files' checks make unreachable for a loaded model, `predict` refuses too: never inf or NaN."""
+    X, y, groups = _features(np.random.default_rng(0), 200)
+    model = LearnedCostModel(max_iter=3, n_bags=1, width_split=False).fit(X, y, groups=groups)
+    model.models_ = [Trees(**{**_one_tree(value=np.array([0.0, 800.0, 800.0])), "n_features": len(FEATURE_NAMES)})]
+    model.compiled_models_ = []
+    with pytest.raises(CostModelError, match="predicted inf us for a kernel, not a finite, positive time"):
+        model.predict(X)
+
+
+def test_the_shipped_models_are_within_the_work_and_value_bounds() -> None:
+    """The bounds are set against the shipped models' scale (4x their work a row, 4.5x their log range)."""
+    from fusionsearch import settings
+    from fusionsearch.costmodel.learned import MAX_LOG_PREDICTION
+
+    for path in settings.SHIPPED_MODELS:
+        model = load(path)
+        regressors = [r for g in GROUPS for r in getattr(model, f"{g}_")]
+        assert trees.MAX_WALK_STEPS / 4.2 < sum(r.walk_steps for r in regressors) < trees.MAX_WALK_STEPS / 3.5
+        assert sum(int(r.depths.max()) + 1 for r in regressors) < trees.MAX_LEVEL_STEPS / 4
+        assert all(MAX_LOG_PREDICTION / 10 < max(map(abs, r.bounds)) < MAX_LOG_PREDICTION / 4 for r in regressors)
 
 
 def test_a_file_or_archive_over_the_size_limits_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
