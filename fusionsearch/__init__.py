@@ -27,14 +27,15 @@ _LAZY = {"compile_plan": "fusionsearch.codegen.runtime", "export_plan": "fusions
 
 
 def __getattr__(name: str) -> Any:
-    """The public names that need torch, imported when first read."""
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"fusionsearch.{name}")
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # read once: later reads skip this function
-        return value
-    raise AttributeError(f"module 'fusionsearch' has no attribute {name!r}")
+    """The public names that need torch: the first read of any of them imports them all, as importing the
+    package did before (the kernel kinds register their plan kernels with the plan layer on import)."""
+    if name not in _SUBPACKAGES and name not in _LAZY:
+        raise AttributeError(f"module 'fusionsearch' has no attribute {name!r}")
+    for sub in _SUBPACKAGES:
+        globals()[sub] = importlib.import_module(f"fusionsearch.{sub}")
+    for attr, module in _LAZY.items():
+        globals()[attr] = getattr(importlib.import_module(module), attr)
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

@@ -362,6 +362,7 @@ def _parse_input_spec(text: str) -> tuple[tuple[int, ...], Any]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fusionsearch.errors import MeasureError
+    from fusionsearch.search.progress import Steps
     from fusionsearch.search.replay import check_inputs, load_saved, replay, resolve
 
     specs = [_parse_input_spec(t) for t in args.inputs or ()]
@@ -370,7 +371,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     graph, plan = load_saved(args.plan_dir)
     if args.inputs:
         check_inputs(graph, specs)
-    r = replay(graph, plan, backend, seed=args.seed)
+    with Steps(f"run {args.plan_dir}") as steps:  # a full-size plan takes a minute or more in the interpreter
+        r = replay(graph, plan, backend, seed=args.seed, say=steps.say)
     if not r.ok:
         raise MeasureError(f"{args.plan_dir}: the plan does not validate on this machine ({r.device}): rel error "
                            f"{r.rel_err:.3g} (tolerance {r.tolerance:g}): {r.reason}")

@@ -266,3 +266,41 @@ def test_run_checks_a_bf16_plan_whose_values_pass_float16s_range() -> None:
     assert fs.reference(g, fs.random_inputs(g, seed=0), float64=True)[0].abs().max() > 65504
     r = replay(g, fully_fused(g), backend="interpret")
     assert r.ok and r.rel_err < 1e-5 and "float32 copy" in r.device
+
+
+def test_run_says_each_step_of_a_long_replay_on_stderr(saved: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53 item 5: `run` of a full-size plan sat 44 s without a word; once it has run 2 s it says the step it
+    is at (here from the start) with the time so far; a replay done within 2 s says nothing."""
+    from fusionsearch.search import progress
+
+    assert main(["run", str(saved), "--backend", "interpret"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress.Steps.__init__, "__defaults__", (0.0, None))  # say every step at once
+    assert main(["run", str(saved), "--backend", "interpret"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert all(line.startswith(f"run {saved}: ") and line.endswith(" s so far)") for line in err), err
+    steps = [line.removeprefix(f"run {saved}: ").rsplit(" (", 1)[0] for line in err]
+    assert steps[:2] == ["drawing 3 random inputs (0 MB)", "computing the float64 reference"], err
+    assert steps[2].startswith("running the plan's 1 kernel in Triton's interpreter"), err
+
+
+def test_run_and_explain_of_a_decode_plan_in_a_fresh_process(tmp_path: Path) -> None:
+    """Issue 53 item 6: the package no longer imports every module with itself; `run` and `explain` still read
+    a plan of any kernel kind (the decode kind registers its kernels with the plan reader when imported)."""
+    import dataclasses
+
+    from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
+
+    g = fs.workload("w8_dequant_mm", dtype=torch.float32, M=1, K=128, N=64)
+    plan = fs.plan.fully_fused(g)
+    kernels = tuple(DecodeKernel(k.matmul, k.prologue_a, k.prologue_b, k.epilogue, DecodeConfig(32, 16, 1, 4, 2, "dot"))
+                    if k.kind == "template" else k for k in plan.kernels)
+    plan = dataclasses.replace(plan, kernels=kernels).check()
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    g.save(str(tmp_path / "graph.json"))
+    for command in ("run", "explain"):
+        proc = subprocess.run([sys.executable, "-m", "fusionsearch", command, str(tmp_path)], capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "decode" in proc.stdout

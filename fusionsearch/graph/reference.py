@@ -115,12 +115,16 @@ def _evaluate(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool,
         for i in reads(node):
             last_use[i] = node.name
     keep = set(g.outputs)
-    values: dict[str, torch.Tensor] = {}
-    for name, t in zip(g.inputs, inputs, strict=True):
-        values[name] = t.double() if float64 and t.dtype.is_floating_point else t
+    values: dict[str, torch.Tensor] = dict(zip(g.inputs, inputs, strict=True))
+    # in float64, an input is cast when first read, so that its copy lives from there to its last use only (all
+    # cast up front, a full-size swiglu's weights took 1.1 GB of float64 at once beside the inputs themselves)
+    uncast = {n for n, t in values.items() if float64 and t.dtype.is_floating_point}
     for node in g:
         if node.op == "input" or node.name in skipped:
             continue
+        for i in uncast.intersection(reads(node)):
+            values[i] = values[i].double()
+            uncast.discard(i)
         args: list[Any] = [values[i] for i in reads(node)]
         if node.name in replaced:
             out = replaced[node.name].compute(args, float64)
@@ -131,7 +135,7 @@ def _evaluate(g: OpGraph, inputs: Sequence[torch.Tensor], float64: bool,
         for i in set(reads(node)):
             if last_use[i] == node.name and i not in keep:
                 del values[i]
-    return [values[o] for o in g.outputs]
+    return [values[o].double() if o in uncast else values[o] for o in g.outputs]
 
 
 def index_bounds(g: OpGraph) -> dict[str, int]:

@@ -13,11 +13,10 @@ stops at its first database error, after which a healthy trial would be failed a
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -26,7 +25,8 @@ import optuna
 from fusionsearch.plan import Plan
 from fusionsearch.search.objective import Objective
 from fusionsearch.search.outcome import TrialOutcome, tell
-from fusionsearch.search.slots import Slots
+from fusionsearch.search.progress import Progress, TimeUp
+from fusionsearch.search.slots import Retry, Slots
 
 log = logging.getLogger("fusionsearch.search")
 RUNNING = optuna.trial.TrialState.RUNNING
@@ -60,37 +60,6 @@ class Heartbeat:
             self.thread.join()
 
 
-@dataclass
-class Progress:
-    """The progress bar of one process's trials: how many ended each way, and the best value (µs)."""
-
-    total: int
-    bar: Any = None
-    best: float = float("inf")
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def callback(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        status = trial.user_attrs.get("status", trial.state.name.lower())
-        self.counts[status] = self.counts.get(status, 0) + 1
-        if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
-            self.best = min(self.best, trial.value)
-        self.bar.set_postfix_str(f"best {self.best:.1f} us  " + " ".join(f"{k} {v}" for k, v in self.counts.items()))
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def progress_bar(total: int, enabled: bool) -> Progress | None:
-    """A bar over `total` trials on stderr when enabled (and there is anything to run)."""
-    if not enabled or total == 0:
-        return None
-    from tqdm import tqdm
-
-    logging.getLogger("optuna").setLevel(logging.WARNING)
-    return Progress(total, tqdm(total=total, file=sys.stderr, unit="trial", dynamic_ncols=True))
-
-
 def run_trials(slots: Slots, objective: Objective, deadline: float | None, bar: Progress | None,
                pool: Any = None) -> None:
     """Claim and run waiting slots until none is left (or the deadline passes). With a compile pool, trials are
@@ -115,7 +84,13 @@ def run_trials(slots: Slots, objective: Objective, deadline: float | None, bar: 
         batch, beats, low = _claim(slots, pool.workers if pool is not None else 1, heartbeat)
         if batch:
             waiting_since = None
-            _run_batch(study, objective, batch, beats, bar, pool)
+            if bar:
+                bar.expect(len(batch) + slots.remaining())
+            try:
+                _run_batch(study, objective, batch, beats, bar, pool)
+            except TimeUp as e:
+                log.info("study %s: %s; stopping", study.study_name, e)
+                return
             continue
         if slots.top_up() or slots.recover():  # slots waiting (laid out by now, here or by another worker)
             continue
@@ -159,24 +134,48 @@ def _others_may_leave_work(slots: Slots, heartbeat: int | None,
 
 def _run_batch(study: optuna.Study, objective: Objective, batch: list[optuna.Trial], beats: list[Heartbeat],
                bar: Progress | None, pool: Any) -> None:
-    """Prepare every claimed trial, compile the survivors in the pool, then judge each and tell the study."""
-    prepared: list[Plan | TrialOutcome] = []
-    for trial in batch:
-        try:
-            prepared.append(objective.prepare(trial))
-        except Exception as e:
-            prepared.append(TrialOutcome.from_exception(e))
-    survivors = [(t.number, p) for t, p in zip(batch, prepared, strict=True) if isinstance(p, Plan)]
-    failures = dict(zip([n for n, _ in survivors], pool.warm(objective.graph.to_dict(),
-                                                             [p.to_json() for _, p in survivors]),
-                        strict=True)) if pool is not None else {}
-    for trial, plan, beat in zip(batch, prepared, beats, strict=True):
-        try:
-            frozen = tell(study, trial, _judge(objective, trial, plan, failures.get(trial.number, "")))
-        finally:
+    """Prepare every claimed trial, compile the survivors in the pool, then judge each and tell the study. Stopped
+part way (Ctrl-C, the deadline passing in a long step: TimeUp), the trials not told yet are abandoned."""
+    told: set[int] = set()
+    try:
+        prepared: list[Plan | TrialOutcome] = []
+        for trial in batch:
+            try:
+                prepared.append(objective.prepare(trial))
+            except TimeUp:
+                raise
+            except Exception as e:
+                prepared.append(TrialOutcome.from_exception(e))
+        survivors = [(t.number, p) for t, p in zip(batch, prepared, strict=True) if isinstance(p, Plan)]
+        failures = dict(zip([n for n, _ in survivors], pool.warm(objective.graph.to_dict(),
+                                                                 [p.to_json() for _, p in survivors]),
+                            strict=True)) if pool is not None else {}
+        for trial, plan, beat in zip(batch, prepared, beats, strict=True):
+            try:
+                frozen = tell(study, trial, _judge(objective, trial, plan, failures.get(trial.number, "")))
+                told.add(trial.number)
+            finally:
+                beat.__exit__()
+            if bar:
+                bar.callback(study, frozen)
+    except BaseException as e:
+        for beat in beats:
             beat.__exit__()
-        if bar:
-            bar.callback(study, frozen)
+        for trial in batch:
+            if trial.number not in told:
+                abandon(study, trial, e)
+        raise
+
+
+def abandon(study: optuna.Study, trial: optuna.Trial, why: BaseException) -> None:
+    """End a claimed trial this process stops before judging it (Ctrl-C, the deadline in a long step): FAIL with
+    the status 'interrupted' and the reason, and its slot laid out again with its parameters (slots.Retry, as
+    for a dead worker's), so that the next run of the same command runs it and the study still holds exactly
+    its N slots. A trial already ended (the interruption came as it was told) is left as it is."""
+    reason = str(why) if isinstance(why, TimeUp) else f"interrupted ({type(why).__name__}) before it was judged"
+    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+        frozen = tell(study, trial, TrialOutcome.interrupted(f"{reason}; its slot is laid out again"))
+        Retry()(study, frozen)
 
 
 def _judge(objective: Objective, trial: optuna.Trial, prepared: Plan | TrialOutcome,
@@ -186,6 +185,8 @@ def _judge(objective: Objective, trial: optuna.Trial, prepared: Plan | TrialOutc
         return prepared
     try:
         return objective.finish(trial, prepared, compile_failure)
+    except TimeUp:
+        raise
     except Exception as e:
         return TrialOutcome.from_exception(e)
 

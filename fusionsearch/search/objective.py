@@ -17,6 +17,7 @@ from fusionsearch.measure.judge import Judgement
 from fusionsearch.plan import FusedMatmulKernel, Plan, prologue_bytes_ok
 from fusionsearch.search.options import MODEL_FILES, SearchOptions
 from fusionsearch.search.outcome import TrialOutcome
+from fusionsearch.search.progress import Watch
 from fusionsearch.search.space import Space
 from fusionsearch.settings import interpreter
 
@@ -73,6 +74,7 @@ class Objective:
         self.best_measured_prediction = float("inf")
         self.best_value = float("inf")
         self.tag = options.worker_tag  # recorded on every trial this process runs, among several workers
+        self.watch = Watch()  # the search's deadline and bar, as a long step of a trial sees them (session.py)
         self._checked: dict[str, TrialOutcome | None] = {}
         self._small: OpGraph | bool | None = None
 

@@ -54,6 +54,12 @@ class TrialOutcome:
         return cls("failed", "failed", reason=reason)
 
     @classmethod
+    def interrupted(cls, reason: str) -> TrialOutcome:
+        """The search stopped before judging the trial (Ctrl-C, its deadline): Optuna's FAIL, recorded as
+        'interrupted' with the reason (search/loop.py lays its slot out again)."""
+        return cls("failed", "interrupted", reason=reason, fault=True)
+
+    @classmethod
     def from_exception(cls, error: BaseException) -> TrialOutcome:
         """The search raised while running the trial: that trial fails, with the error as its reason."""
         return cls("failed", "failed", reason=failure_reason(error, 300), fault=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,60 +25,90 @@ __all__ = ["RANK_CANDIDATES", "PlanRanking", "compile_fastest", "descend"]
 
 RANK_CANDIDATES = 4096  # the whole space is ranked up to this size, a seeded random sample of it beyond
 DESCENT_STARTS, DESCENT_SWEEPS = 4, 3  # beyond it: descents from the best-predicted of the sample (`descend`)
+# The plans one descent may build and price: bounded, as the sample is, whatever the graph's size. Unbounded, a
+# sweep built every option of every parameter, each plan as large as the graph, so that the work grew as the
+# square of the graph (chains of 10, 20, 40 matmuls: 25, 95 and over 300 s here, for a 2-trial search).
+DESCENT_BUDGET = 1024
 
 
 class PlanRanking:
     """The space's distinct legal plans (those `admit` accepts), ordered by predicted time under the model
-    that `model_of()` returns at the time of the call: a learned cost model, or None for the analytic one."""
+    that `model_of()` returns at the time of the call: a learned cost model, or None for the analytic one.
+
+    Built on first use, not when made: ranking thousands of plans takes seconds, which belong to the search's
+    time (its --timeout) and progress. `check(step, done, total)` is called between pieces of that work (a
+    chunk of plans, a descent step); it may raise to stop it (search.progress.Watch: TimeUp)."""
 
     def __init__(self, space: Space, hw: Any, model_of: Callable[[], Any], admit: Callable[[Plan], bool],
-                 seed: int = 0, compile_top: int = 0, arch: int = 90) -> None:
-        from fusionsearch.costmodel.analytic import estimate
-
+                 seed: int = 0, compile_top: int = 0, arch: int = 90,
+                 check: Callable[[str, int, int], None] | None = None) -> None:
         self.model_of, self.hw = model_of, hw
         self.compile_top, self.arch = compile_top, arch
         self.compiled = 0  # candidates whose templates were compiled for the GPU and priced with their figures
-        self.space, self.admit = space, admit
+        self.space, self.admit, self.seed = space, admit, seed
+        self.check = check or (lambda step, done, total: None)
         self.descended = 0  # candidates added by descending from the best-predicted ones (`_add_descents`)
-        kept = [(params, plan) for params, plan in space.distinct_plans(_candidates(space, seed)) if admit(plan)]
-        self.params = [p for p, _ in kept]
-        self._plans = [plan for _, plan in kept]
-        self._analytic = np.array([estimate(p, hw).time_us for p in self._plans])
+        self._built = False
+        self.params: list[dict[str, str]] = []
+        self._plans: list[Plan] = []
+        self._analytic = np.zeros(0)
         self._features: tuple[np.ndarray, np.ndarray] | None = None  # built on the first learned ranking
 
+    def _build(self) -> None:
+        """The candidates (distinct, admitted) and their analytic times, checked every CHUNK plans."""
+        if self._built:
+            return
+        from fusionsearch.costmodel.analytic import estimate
+
+        candidates = _candidates(self.space, self.seed)
+        kept = [(params, plan) for params, plan in self.space.distinct_plans(
+                _checked(candidates, self.check, "building the plans to rank")) if self.admit(plan)]
+        self.params = [p for p, _ in kept]
+        self._plans = [plan for _, plan in kept]
+        self._analytic = np.array([estimate(p, self.hw).time_us
+                                   for p in _checked(self._plans, self.check, "pricing the plans")])
+        self._built = True
+
     def __len__(self) -> int:
+        self._build()
         return len(self.params)
 
     def predicted_us(self) -> np.ndarray:
         """Each candidate's predicted time (µs) under the current model."""
+        self._build()
         model = self.model_of()
         if model is None or not self._plans:
             return self._analytic
-        from fusionsearch.costmodel.learned import per_plan, plans_matrix
+        from fusionsearch.costmodel.learned import per_plan
 
         if self._features is None:
-            self._features = plans_matrix(self._plans, self.hw)
+            self._features = _matrix(self._plans, self.hw, self.check)
             if self.space.size() > RANK_CANDIDATES:  # a sample of the space: its model-best may lie outside
                 self._add_descents(model)
             if self.compile_top > 0:
+                self.check("compiling the fastest-predicted plans", 0, self.compile_top)
                 self.compiled += compile_fastest(model, self._plans, *self._features, self.hw, self.compile_top,
                                                  self.arch)
         X, starts = self._features
-        return per_plan(model.predict(X), starts)
+        return per_plan(_predict(model, X, self.check), starts)
 
     def _add_descents(self, model: Any) -> None:
         """Add to the candidates the plans met descending (`descend`) from the DESCENT_STARTS best-predicted."""
         from fusionsearch.costmodel.analytic import estimate
         from fusionsearch.costmodel.learned import per_plan, plan_times_us, plans_matrix
 
-        def price(plans: list[Plan]) -> np.ndarray:
-            return np.asarray(plan_times_us(model, plans, self.hw))
-
         assert self._features is not None
         X, starts = self._features
         known = {plan.to_json() for plan in self._plans}
         new: list[tuple[dict[str, str], Plan]] = []
-        for i in np.argsort(per_plan(model.predict(X), starts), kind="stable")[:DESCENT_STARTS]:
+        priced = [0]
+
+        def price(plans: list[Plan]) -> np.ndarray:
+            self.check("descending from the best-predicted plans", priced[0], 0)
+            priced[0] += len(plans)
+            return np.asarray(plan_times_us(model, plans, self.hw))
+
+        for i in np.argsort(per_plan(_predict(model, X, self.check), starts), kind="stable")[:DESCENT_STARTS]:
             for params, plan in descend(self.space, self.params[i], price, self.admit):
                 if (key := plan.to_json()) not in known:
                     known.add(key)
@@ -95,6 +125,41 @@ class PlanRanking:
     def order(self) -> list[dict[str, str]]:
         """The candidates' parameters, fastest predicted first."""
         return [self.params[i] for i in np.argsort(self.predicted_us(), kind="stable")]
+
+
+CHUNK = 256  # plans built, priced or featurized between two checks (a fraction of a second on a CPU)
+
+
+def _checked(items: list[Any], check: Callable[[str, int, int], None], step: str) -> Iterator[Any]:
+    """`items` one by one, calling `check(step, done, total)` before every CHUNK of them."""
+    for i, item in enumerate(items):
+        if i % CHUNK == 0:
+            check(step, i, len(items))
+        yield item
+
+
+def _matrix(plans: list[Plan], hw: Any, check: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
+    """plans_matrix of `plans`, built CHUNK plans at a time between checks."""
+    from fusionsearch.costmodel.learned import plans_matrix
+
+    parts, starts, rows = [], [], 0
+    for i in range(0, len(plans), CHUNK):
+        check("reading the plans' features", i, len(plans))
+        X, chunk_starts = plans_matrix(plans[i:i + CHUNK], hw)
+        starts += ([rows] if i else []) + [rows + s for s in chunk_starts.tolist()]
+        parts.append(X)
+        rows += len(X)
+    return np.concatenate(parts), np.asarray(starts, dtype=np.int64)
+
+
+def _predict(model: Any, X: np.ndarray, check: Callable[[str, int, int], None]) -> np.ndarray:
+    """model.predict(X), CHUNK * 4 kernel rows at a time between checks."""
+    size = CHUNK * 4
+    out = []
+    for i in range(0, len(X), size):
+        check("predicting the plans' times", i, len(X))
+        out.append(np.asarray(model.predict(X[i:i + size])))
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def compile_fastest(model: Any, plans: list[Plan], X: np.ndarray, starts: np.ndarray, hw: Any, top: int,
@@ -124,12 +189,17 @@ def descend(space: Space, start: dict[str, str], price: Callable[[list[Plan]], n
     `price` finds fastest with the others held, until a sweep changes nothing (at most DESCENT_SWEEPS). A plan's
     time is about the sum of its kernels', each set by its own matmul's config, so the model's fastest plan is a
     sweep or two from any start, while a sample of RANK_CANDIDATES of swiglu's 2.6 million plans rarely holds it.
-    Returns the (parameters, plan) of each step taken."""
+    At most DESCENT_BUDGET plans are built: a large graph's descent stops, with what it found, when the next
+    parameter's options would pass it. Returns the (parameters, plan) of each step taken."""
     current, steps = dict(start), []
     best = float(price([space.plan(current)])[0])
+    built = 1
     for _ in range(DESCENT_SWEEPS):
         moved = False
         for name, options in space.parameter_choices().items():
+            built += len(options) - 1
+            if built > DESCENT_BUDGET:
+                return steps
             tries = []
             for option in options:
                 if option != current[name]:

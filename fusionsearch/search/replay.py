@@ -4,12 +4,14 @@ measured: the interpreter's speed says nothing of a GPU's. What `fusionsearch ru
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+import fusionsearch.kinds  # noqa: F401  (every kernel kind registered: a saved plan may hold any of them)
 from fusionsearch.errors import MeasureError, PlanError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
@@ -95,36 +97,44 @@ def resolve(backend: str) -> str:
     return backend
 
 
-def replay(graph: OpGraph, plan: Plan, backend: str = "auto", seed: int = 0) -> Replay:
+def replay(graph: OpGraph, plan: Plan, backend: str = "auto", seed: int = 0,
+           say: Callable[[str], None] | None = None) -> Replay:
     """Validate the plan on random inputs (fusionsearch.random_inputs: indices in range) and, on the gpu backend,
-    time it (fusionsearch.measure.benchmark). Never raises for a plan that fails: `ok` and `reason` say."""
+    time it (fusionsearch.measure.benchmark). Never raises for a plan that fails: `ok` and `reason` say.
+    `say` is told each step as it starts (a full-size graph takes a minute or more in the interpreter)."""
     from fusionsearch.graph.reference import random_inputs
     from fusionsearch.measure.bench import benchmark
-    from fusionsearch.measure.validate import output_tolerances, validate
+    from fusionsearch.measure.validate import float64_reference, output_tolerances, validate
     from fusionsearch.settings import interpreter
 
     backend = resolve(backend)
     device = "cuda" if backend == "gpu" else "cpu"
+    step = say or (lambda text: None)
+    where = torch.cuda.get_device_name() if backend == "gpu" else "cpu (Triton's interpreter)"
+    if backend == "interpret" and any(graph.node(n).dtype == torch.bfloat16 for n in graph.topo_order()):
+        graph, plan = _float32_copy(graph, plan)  # the interpreter miscomputes bf16; the plan is the same
+        where += ", on a float32 copy of the bfloat16 graph (the interpreter miscomputes bfloat16)"
+    size = sum(graph.node(n).dtype.itemsize * math.prod(graph.node(n).shape) for n in graph.inputs)
+    step(f"drawing {len(graph.inputs)} random inputs ({size / 1e6:.0f} MB)")
     inputs = random_inputs(graph, seed=seed, device=device)
     tolerance = max(output_tolerances(graph), default=0.0)
+    step("computing the float64 reference")
+    refs = float64_reference(graph, inputs)
+    kernels = f"{len(plan.kernels)} kernel{'s' if len(plan.kernels) != 1 else ''}"
     if backend == "interpret":
-        where = "cpu (Triton's interpreter)"
-        if any(graph.node(n).dtype == torch.bfloat16 for n in graph.topo_order()):
-            graph, plan = _float32_copy(graph, plan)  # the interpreter miscomputes bf16; the plan is the same
-            inputs = random_inputs(graph, seed=seed, device=device)
-            tolerance = max(output_tolerances(graph), default=0.0)
-            where += ", on a float32 copy of the bfloat16 graph (the interpreter miscomputes bfloat16)"
+        step(f"running the plan's {kernels} in Triton's interpreter (minutes for a full-size graph)")
         with interpreter():
-            v = validate(plan, graph, inputs, seed=seed)
+            v = validate(plan, graph, inputs, seed=seed, refs=refs)
         return Replay(backend, v.ok, v.rel_err, tolerance, v.reason, where)
-    v = validate(plan, graph, inputs, seed=seed)
-    name = torch.cuda.get_device_name()
+    step(f"validating the plan's {kernels}")
+    v = validate(plan, graph, inputs, seed=seed, refs=refs)
     if not v.ok:
-        return Replay(backend, False, v.rel_err, tolerance, v.reason, name)
+        return Replay(backend, False, v.rel_err, tolerance, v.reason, where)
+    step("timing it")
     t = benchmark(plan, inputs)
     if not t.ok:
         raise MeasureError(f"the plan validated but could not be timed: {t.reason}")
-    return Replay(backend, True, v.rel_err, tolerance, "", name, t.median_us, t.p20_us, t.p80_us)
+    return Replay(backend, True, v.rel_err, tolerance, "", where, t.median_us, t.p20_us, t.p80_us)
 
 
 def _float32_copy(graph: OpGraph, plan: Plan) -> tuple[OpGraph, Plan]:

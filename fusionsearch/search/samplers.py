@@ -44,7 +44,8 @@ def make_sampler(name: str, seed: int, objective: Objective) -> optuna.samplers.
     if name == "ranked":
         ranking = PlanRanking(objective.space, objective.hw, lambda: objective.model,
                               lambda plan: not objective.bytes_rule_refuses(plan), seed,
-                              compile_top=objective.options.compile_ranked, arch=_arch())
+                              compile_top=objective.options.compile_ranked, arch=_arch(),
+                              check=lambda step, done, total: objective.watch.check(step, done, total))
         return RankedSampler(ranking, lambda: objective.model_version, seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
 

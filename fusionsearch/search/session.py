@@ -5,6 +5,7 @@ them, once they are done, to run whatever a dead worker left."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -19,13 +20,14 @@ import torch
 from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
-from fusionsearch.search.identity import study_identity
-from fusionsearch.search.loop import progress_bar, run_trials, say_unfinished
+from fusionsearch.search.identity import graph_summary, study_identity
+from fusionsearch.search.loop import run_trials, say_unfinished
 from fusionsearch.search.objective import Objective, trained_profile
 from fusionsearch.search.options import MODEL_FILES, SearchOptions, resolve_backend
+from fusionsearch.search.progress import Watch, progress_bar
 from fusionsearch.search.result import TrialRecord, TuneResult
 from fusionsearch.search.samplers import make_sampler, sampler_name
-from fusionsearch.search.slots import Slots, open_study
+from fusionsearch.search.slots import Slots, is_retry, lock_path, open_study, remove_lock
 from fusionsearch.search.space import Space, enumerate_space, kind_seed_plans, seed_plans
 from fusionsearch.search.storage import make_storage, redact
 
@@ -115,7 +117,8 @@ def open_session(graph: OpGraph, options: SearchOptions, setup: Setup, url: str 
 def run_here(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None = None, hw: Any = None,
              judge: Any = None) -> TuneResult:
     """The whole search in this process (no workers): open or join the study, run its waiting trials, return the
-    result over all of them."""
+    result over all of them. Its time limit (options.timeout) counts from the study's opening: the trials' time,
+    the cost model's ranking of the space included."""
     found = setup(graph, options, hw, judge)
     if found.single:
         log.info("1 possible plan: 1 trial (of %d asked)", options.trials)
@@ -137,6 +140,7 @@ def run_session(session: Session, inputs: Sequence[torch.Tensor] | None, judge: 
         if t.state == optuna.trial.TrialState.COMPLETE and "predicted_us" in t.user_attrs:
             objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
     bar = progress_bar(slots.remaining(), options.progress)
+    objective.watch = Watch(None if options.timeout is None else start + options.timeout, bar)
     pool = None
     if backend == "gpu" and judge is None:
         judge = _gpu_judge(session.graph, inputs, options)
@@ -156,9 +160,11 @@ def run_session(session: Session, inputs: Sequence[torch.Tensor] | None, judge: 
             pool.close()
         if judge is not None:
             judge.close()
-    if bar:
-        bar.close()
-    records = [TrialRecord.from_trial(t) for t in study.trials]
+        objective.watch = Watch()
+        if bar:
+            bar.close()
+        remove_lock(lock_path(storage_url))
+    records = [_record(t, retried) for retried in [_retried_as(study.trials)] for t in study.trials]
     best = _best(study, space)
     timed = [f for f in finals if f["final_us"] is not None]
     if len(timed) > 1:  # side by side, the finalists' order is the one to trust
@@ -168,7 +174,26 @@ def run_session(session: Session, inputs: Sequence[torch.Tensor] | None, judge: 
                       backend=backend, hardware=session.setup.hw, study_name=study.study_name,
                       elapsed_s=time.time() - start, storage=redact(storage_url) if storage_url else None,
                       cost_model=priced_by(objective.model), sampler=session.sampler,
-                      extra={"finalists": finals} if finals else {})
+                      extra={"finalists": finals} if finals else {}, study=study,
+                      graph_name=options.graph_name or graph_summary(session.graph))
+
+
+def _retried_as(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[int, int]:
+    """The trials laid out again (slots.Retry), by number: the number of the trial that runs them again."""
+    return {t.system_attrs["retry_history"][-1]: t.number for t in trials if is_retry(t)}
+
+
+def _record(t: optuna.trial.FrozenTrial, retried_as: dict[int, int]) -> TrialRecord:
+    """The trial as the result and report.md show it: a trial failed because its process stopped (killed, its
+    heartbeat stale; or interrupted) says so and which trial runs it again, where Optuna recorded no reason."""
+    record = TrialRecord.from_trial(t)
+    if t.state != optuna.trial.TrialState.FAIL or t.number not in retried_as:
+        return record
+    again = f"run again as trial {retried_as[t.number]}"
+    if record.reason:
+        return dataclasses.replace(record, reason=record.reason.replace("its slot is laid out again", again))
+    return dataclasses.replace(record, status="stopped",
+                               reason=f"its process stopped before it was judged (killed or lost); {again}")
 
 
 def _gpu_judge(graph: OpGraph, inputs: Sequence[torch.Tensor] | None, options: SearchOptions) -> Any:

@@ -28,6 +28,9 @@ from fusionsearch.search.identity import check_identity
 log = logging.getLogger("fusionsearch.search")
 
 AHEAD = 64  # waiting slots kept laid out ahead of the workers (bounds the layout's time and memory)
+# slots laid out at a time: a slot is a few database writes (tens of ms each on a busy disk's SQLite), so laying
+# out AHEAD at once took seconds before the first trial and past a --timeout; the loop tops up between trials
+LAYOUT_STEP = 8
 OWNER = "fusionsearch:owner"  # system attr of a journal trial: the process that claimed it
 WAITING, RUNNING, FAIL = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING,
                           optuna.trial.TrialState.FAIL)
@@ -112,7 +115,9 @@ def owner_alive(owner: dict[str, Any]) -> bool | None:
 
 class file_lock:
     """An exclusive flock on `path` for the duration (no-op when path is None); the kernel releases it when its
-    process dies, so a killed worker never leaves it held."""
+    process dies, so a killed worker never leaves it held. The file may be removed by `remove_lock` (a search
+    that ends leaves none behind): a lock taken on a file that is no longer the one at `path` is taken again
+    on the new one, so that two processes never hold locks on two different files."""
 
     def __init__(self, path: str | None) -> None:
         self.path, self.fd = path, -1
@@ -121,8 +126,16 @@ class file_lock:
         if self.path:
             import fcntl
 
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            while True:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                        self.fd = fd
+                        return
+                except FileNotFoundError:
+                    pass
+                os.close(fd)  # removed (and maybe made again) while this process waited for it
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
@@ -131,6 +144,16 @@ class file_lock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = -1
+
+
+def remove_lock(path: str | None) -> None:
+    """Remove the lock file at `path` (none: nothing), under its lock: a process waiting for it then finds it
+    gone and locks a new one (file_lock)."""
+    if not path or not os.path.exists(path):
+        return
+    lock = file_lock(path)
+    with lock, contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def lock_path(url: str | None) -> str | None:
@@ -205,15 +228,16 @@ class Slots:
                 yield
 
     def top_up(self) -> int:
-        """Lay out slots until AHEAD wait or all `total` are laid out; returns how many wait now (0 once every slot
-        was seen laid out: a worker that then finds none waiting has nothing left to lay out)."""
+        """Lay out up to LAYOUT_STEP slots, so that at most AHEAD wait and at most `total` are laid out; returns how
+        many wait now (0 once every slot was seen laid out: a worker that then finds none waiting has nothing left
+        to lay out)."""
         if self.full:
             return 0
         with self.lock():
             trials = self.study.get_trials(deepcopy=False)
             laid = laid_out(trials)
             waiting = sum(t.state == WAITING for t in trials)
-            add = max(0, min(self.total - laid, AHEAD - waiting))
+            add = max(0, min(self.total - laid, AHEAD - waiting, LAYOUT_STEP))
             for k in range(laid, laid + add):
                 params = self.seeds[k] if k < len(self.seeds) else {}
                 self.study.add_trial(optuna.trial.create_trial(state=WAITING, system_attrs={"fixed_params": params}))
@@ -307,6 +331,10 @@ def open_study(name: str, storage: Any, sampler: optuna.samplers.BaseSampler, to
             check_identity(name, where, recorded, identity)
         slots = int(recorded.get("slots", laid_out(study.get_trials(deepcopy=False))))
         log.info("study %s resumed: %d trial slots, %d asked", name, slots, total)
+        if slots > total:
+            log.warning("study %s already has %d trial slots, more than the %d asked: it keeps them (%d not run "
+                        "yet), and its result covers them all; a new study name searches afresh", name, slots,
+                        total, Slots(study, storage, slots).remaining())
     if identity is not None and "graph" not in study.user_attrs and slots == 0:
         for key, value in identity.items():  # before the slots: a joiner reads them once it sees the slots
             study.set_user_attr(key, value)

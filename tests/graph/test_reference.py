@@ -245,3 +245,33 @@ def test_a_float64_reference_the_gpu_has_no_memory_for_runs_on_the_host(monkeypa
     got = R.reference(g, inputs, float64=True)
     assert devices == ["accelerator", "host"]
     assert all(torch.equal(a, b) and a.dtype == torch.float64 for a, b in zip(got, expected, strict=True))
+
+
+def test_float64_reference_casts_each_input_when_first_read_not_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53 item 5: `fusionsearch run` of a full-size swiglu took 1.9 GB: the float64 reference cast every
+    input up front, all three weights' float64 copies alive beside the inputs. Each input is now cast when
+    first read and dropped after its last use: one weight's copy at a time in a chain of matmuls."""
+    import gc
+    import importlib
+
+    R = importlib.import_module("fusionsearch.graph.reference")  # the module (the package exports the function)
+
+    g = OpGraph()
+    x = g.input("x", [4, 48], "float32")
+    h = g.add("mm", [x, g.input("w1", [48, 48], "float32")])
+    h = g.add("mm", [h, g.input("w2", [48, 48], "float32")])
+    g.set_outputs([g.add("mm", [h, g.input("w3", [48, 48], "float32")])])
+    live: list[int] = []
+    apply_op = R.apply_op
+
+    def counting(node, args, float64):  # type: ignore[no-untyped-def]
+        live.append(sum(isinstance(o, torch.Tensor) and o.dtype == torch.float64 and o.shape == (48, 48)
+                        for o in gc.get_objects()))
+        return apply_op(node, args, float64)
+
+    monkeypatch.setattr(R, "apply_op", counting)
+    inputs = fs.random_inputs(g, seed=0)
+    out = fs.reference(g, inputs, float64=True)[0]
+    assert live == [1, 1, 1]  # all cast at once: [3, 2, 1]
+    w = [t.double() for t in inputs]
+    assert torch.equal(out, w[0] @ w[1] @ w[2] @ w[3])

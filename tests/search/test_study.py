@@ -435,8 +435,11 @@ def test_a_timeout_stops_early_and_a_later_run_completes_the_slots(tmp_path: Pat
     assert time.time() - start < 10
     states = [t.state for t in _states(url, "t")]
     ran = sum(s in FINISHED for s in states)
-    assert len(states) == 40 and 1 <= ran < 40
-    assert states.count(optuna.trial.TrialState.WAITING) == 40 - ran
+    assert len(states) <= 40 and 1 <= ran < 40  # slots are laid out a few at a time, as the trials need them
+    assert states.count(optuna.trial.TrialState.WAITING) == len(states) - ran
+    from fusionsearch.search.studies import list_studies
+
+    assert list_studies(url)[0].waiting == 40 - ran
     assert len([t for t in res.trials if t.state != "waiting"]) == ran
     monkeypatch.undo()
     done = run_study(g, SearchOptions(trials=40, backend="model", storage=url, study_name="t", cost_model="analytic"))
