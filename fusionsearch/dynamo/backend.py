@@ -18,7 +18,6 @@ logged on the `fusionsearch.backend` logger."""
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -321,12 +320,12 @@ class _Compiler:
                    if self.cache.load_entry(self.cache.key(g, device, self.options.search_settings()), g) is None]
         if not missing:
             return None
-        from tqdm import tqdm
+        from fusionsearch.search.progress import bar
 
         log.info("fusionsearch backend: %d matmul regions, %d distinct without a cached plan: searching",
                  len(tuned), len(missing))
-        return tqdm(total=len(tuned), unit="region", file=sys.stderr, dynamic_ncols=True,
-                    desc=f"fusionsearch: {len(missing)} to search")
+        # the bar counts regions, as its total does: identical regions share one search
+        return bar(len(tuned), "region", f"fusionsearch: {len(tuned)} regions, {len(missing)} distinct to search")
 
     def _step(self, region: Region, device: str, inputs: list[torch.Tensor] | None) -> RegionStep:
         """A matmul region ready to run: its plan from the cache (identical regions share one) or from a search

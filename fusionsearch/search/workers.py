@@ -103,11 +103,10 @@ def _wait_with_progress(procs: list[subprocess.Popen[bytes]], options: SearchOpt
     bar = None
     study = None
     if enabled:
-        from tqdm import tqdm
+        from fusionsearch.search.progress import bar as progress_bar
 
         study = optuna.load_study(study_name=options.study_name, storage=make_storage(options.storage))
-        bar = tqdm(total=options.trials, file=sys.stderr, unit="trial", dynamic_ncols=True,
-                   desc=f"{len(procs)} workers")
+        bar = progress_bar(options.trials, "trial", f"{len(procs)} workers")
     done = set(optuna.trial.TrialState) - {optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING}
     try:
         while any(p.poll() is None for p in procs):
@@ -131,9 +130,10 @@ def _show(bar: Any, study: optuna.Study, done: set[optuna.trial.TrialState]) -> 
         by_worker[tag] = by_worker.get(tag, 0) + 1
     if len(finished) == bar.n:
         return
-    bar.n = min(len(finished), bar.total)
     best = f"best {min(values):.1f} us  " if values else ""
     bar.set_postfix_str(best + " ".join(f"{k} {v}" for k, v in sorted(by_worker.items())))
+    bar.n = min(len(finished), bar.total)
+    bar.refresh()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
