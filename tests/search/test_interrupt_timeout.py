@@ -149,3 +149,43 @@ def test_plain_progress_lines_and_no_lock_file_after_a_cli_search(tmp_path: Path
     assert "\r" not in err and err.splitlines()[-1].startswith("trials: 20/20 trials  best "), err
     assert 2 <= len(err.splitlines()) <= 11  # a line a tenth of the way, not one a trial
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]
+
+
+def test_a_killed_search_s_trial_says_so_in_the_result_of_the_next_run(tmp_path: Path) -> None:
+    """A search killed outright (SIGKILL: nothing runs in it to record the trial) leaves its trial RUNNING; the
+    next run fails it and runs it again, and its record (report.md's trial table) says why and as which trial,
+    where it said `fail` with an empty reason."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    url = f"journal:{tmp_path / 'k.log'}"
+    script = textwrap.dedent(f"""
+        import os, signal
+        import fusionsearch as fs
+        from fusionsearch.search.objective import Objective
+        from fusionsearch.search.study import SearchOptions, run_study
+        prepare, calls = Objective.prepare, [0]
+        def killed(self, trial):
+            calls[0] += 1
+            out = prepare(self, trial)
+            if calls[0] == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+        Objective.prepare = killed
+        run_study(fs.workload("mm_bias_gelu", M=16, K=64, N=96),
+                  SearchOptions(trials=4, backend="model", storage={url!r}, study_name="k", cost_model="analytic"))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ}, check=False)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    res = run_study(fs.workload("mm_bias_gelu", **G),
+                    SearchOptions(trials=4, backend="model", storage=url, study_name="k", cost_model="analytic"))
+    (record,) = [t for t in res.trials if t.state == "fail"]
+    assert record.status == "stopped"
+    assert record.reason.startswith("its process stopped before it was judged (killed or lost); run again as "
+                                    "trial 4"), record.reason
+    assert sum(t.state in ("complete", "pruned") for t in res.trials) == 4
+    report = res.report(str(tmp_path / "report.md"))
+    assert f"| {record.number} | stopped |" in Path(report).read_text()
