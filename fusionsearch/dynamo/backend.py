@@ -44,7 +44,7 @@ from fusionsearch.dynamo.race import (
 )
 from fusionsearch.dynamo.regions import Region, partition
 from fusionsearch.dynamo.step_race import StepChoice, inductor_step, race_step
-from fusionsearch.errors import FusionSearchError, SpecError, failure_reason
+from fusionsearch.errors import FusionSearchError, SpecError, check_names, failure_reason
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
@@ -116,19 +116,25 @@ class BackendStats:
     best_us: dict[str, float] = field(default_factory=dict)  # per distinct region: its kept code's µs (or the
     #                                                          search's figure where no race ran)
     steps: list[StepChoice] = field(default_factory=list)
+    not_raced: str = ""  # why the regions were not raced against Inductor (no GPU, race=False, ...), when not
 
     def explain(self) -> str:
         """Each compiled step raced against Inductor's whole graph (which was kept, both times, the profiles),
         then each distinct matmul region raced: which code was kept, both times (µs), the fusion the search
-        decided."""
+        decided; where no region was raced, why; and each graph declined, with its reason."""
         lines = [s.explain() for s in self.steps]
-        if not self.choices:
-            return "\n".join([*lines, "no region was raced against Inductor (the race runs on a GPU)"])
         for c in self.choices.values():
             times = f"fusionsearch {us_text(c.ours_us)} us, inductor ({c.mode}) {us_text(c.inductor_us)} us"
             lines.append(f"{c.label}: {c.chosen} kept ({times})" + (f"; {c.reason}" if c.reason else ""))
             lines += [f"    {line}" for line in c.fusion.splitlines()]
-        return "\n".join(lines)
+        if self.regions and not self.choices:
+            lines.append(f"{self.regions} matmul regions ({self.searched} searched, {self.cached} from the plan "
+                         f"cache), none raced against Inductor: {self.not_raced or 'the race runs on a GPU'}")
+        lines += [f"graph declined, run by the fallback: {reason}" for reason in self.declined]
+        return "\n".join(lines) or "no graph has reached the backend yet (torch.compile calls it on the first call)"
+
+
+OPTION_NAMES = tuple(BackendOptions.__dataclass_fields__)
 
 
 class _Decline(Exception):
@@ -138,6 +144,7 @@ class _Decline(Exception):
 def backend(**options: Any) -> Callable[[fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]:
     """A torch.compile backend with options (see BackendOptions): torch.compile(m, backend=fs.backend(trials=16)).
     The returned backend's `.stats` counts what it did and `.stats.explain()` lists each region's race."""
+    check_names(options, OPTION_NAMES, "fusionsearch.backend option")
     return _Compiler(BackendOptions(**options))
 
 
@@ -155,9 +162,7 @@ def backend_options(mode: str | None = None, options: dict[str, Any] | None = No
     if options is not None and not isinstance(options, dict):
         raise SpecError(f"options must be a dict of fusionsearch.backend() options, got {type(options).__name__}")
     fields = {**(MODES[mode] if mode else {}), **(options or {})}
-    unknown = sorted(set(fields) - set(BackendOptions.__dataclass_fields__))
-    if unknown:
-        raise SpecError(f"unknown backend option {unknown[0]!r}: use {', '.join(BackendOptions.__dataclass_fields__)}")
+    check_names(sorted(fields), OPTION_NAMES, "backend option")
     return BackendOptions(**fields)
 
 
@@ -291,6 +296,9 @@ class _Compiler:
         regions = partition(g)
         env = dict(zip(g.inputs, values, strict=True))
         control = self.options.inductor_regions  # nothing searched: no region's inputs are needed
+        if device == "cpu-interpreter" and not control:
+            _no_bf16_interpreted(regions)
+        self.stats.not_raced = self._why_not_raced(device)
         bar = self._bar(regions, device) if progress and not control else None
         steps = []
         for region in regions:
@@ -310,6 +318,17 @@ class _Compiler:
         if bar is not None:
             bar.close()
         return steps
+
+    def _why_not_raced(self, device: str) -> str:
+        """Why this backend's regions are not raced against Inductor's code; empty where they are."""
+        if self.options.inductor_regions:
+            return "inductor_regions=True: every region runs Inductor's code, nothing is searched"
+        if not self.options.race:
+            return "race=False: each region keeps the plan its search chose"
+        if device == "cpu-interpreter" and self.timer is None:
+            return ("no GPU here: Triton's CPU interpreter runs the kernels, and its times say nothing of a GPU's, "
+                    "so each region keeps the plan its search chose (ranked by the cost model)")
+        return ""
 
     def _bar(self, regions: Sequence[Region], device: str) -> Any:
         """A progress bar over the matmul regions, when at least one of them has no plan in the cache yet (a
@@ -390,6 +409,18 @@ def _built(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Callable[..., list[t
         return None, failure_reason(e, 200)
 
 
+def _no_bf16_interpreted(regions: Sequence[Region]) -> None:
+    """_Decline, before anything is searched, where a matmul region computes in bfloat16 on the CPU: Triton's
+    interpreter miscomputes bfloat16, so its plans' generated modules refuse to run there (codegen/module.py)
+    and the model's first call would fail instead of falling back."""
+    for r in (r for r in regions if r.tuned):
+        g = r.graph
+        if any(g.node(n).dtype == torch.bfloat16 for n in g.topo_order()):
+            raise _Decline(f"bfloat16 on the CPU (the region of {_label(g)}): Triton's interpreter "
+                           "miscomputes bfloat16, so the tuned kernels cannot run here; compile on a GPU, or a "
+                           "float32 copy of the model on the CPU")
+
+
 def _label(g: OpGraph) -> str:
     """A region named by its matmuls (op and output shape) and the count of its other ops."""
     mms = g.nodes_of_kind("template")
@@ -402,14 +433,16 @@ def tune_model(model: torch.nn.Module, *example_inputs: torch.Tensor, progress: 
     """Search every matmul region of `model` traced on `example_inputs` (identical regions once) into the plan
     cache that `torch.compile(model, backend=fusionsearch.backend(cache=...))` then reads, racing each against
     Inductor on a GPU: what `fusionsearch tune-model` runs. FusionSearchError when the model cannot be tuned."""
+    check_names(options, OPTION_NAMES, "tune_model option")
+    settings.interpret_without_gpu()  # as the CLI: no GPU, Triton's interpreter (before the trace imports Triton)
     compiler = _Compiler(BackendOptions(**options))
     with torch.no_grad():
         try:
             device = _device(list(example_inputs))
             g = _traced(model, list(example_inputs)).graph
+            compiler.regions(g, [*example_inputs, *module_state(model)], device, progress)
         except _Decline as e:
             raise FusionSearchError(str(e)) from None
-        compiler.regions(g, [*example_inputs, *module_state(model)], device, progress)
     return compiler.stats
 
 

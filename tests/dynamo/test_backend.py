@@ -276,3 +276,44 @@ def test_inductor_compiles_the_graph_around_the_tuned_regions() -> None:
     assert len(got) == len(one_by_one) == 1
     assert torch.allclose(got[0], one_by_one[0], rtol=1e-5, atol=1e-6)
     assert torch.allclose(got[0], eager, rtol=1e-4, atol=1e-5)
+
+
+def test_a_bf16_model_on_the_cpu_is_declined_before_any_search(tmp_path: Path) -> None:
+    """Triton's interpreter miscomputes bfloat16 and the generated module refuses it: declined with the reason
+    (in the stats, in explain) before anything is searched, the model runs through the fallback."""
+    from fusionsearch.dynamo.backend import tune_model
+
+    torch.manual_seed(0)
+    block = ns["MLPBlock"]().to(torch.bfloat16).eval()
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    compiled, be = _compile(block, tmp_path)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), block(x))  # eager: the fallback ran it
+    (reason,) = be.stats.declined
+    assert reason.startswith("bfloat16 on the CPU") and "miscomputes bfloat16" in reason
+    assert (be.stats.regions, be.stats.searched, os.listdir(tmp_path)) == (0, 0, [])
+    assert be.stats.explain() == f"graph declined, run by the fallback: {reason}"
+    with pytest.raises(fs.FusionSearchError, match="^bfloat16 on the CPU"), torch.no_grad():
+        tune_model(block, x, cache=str(tmp_path), progress=False)
+
+
+def test_explain_on_a_cpu_says_why_no_region_was_raced(tmp_path: Path) -> None:
+    stack = ns["w8_stack"]().eval()
+    _, _, stats = _run(stack, torch.randn(16, 64), tmp_path, search_backend="model")
+    assert stats.explain() == ("2 matmul regions (2 searched, 0 from the plan cache), none raced against Inductor: "
+                               "no GPU here: Triton's CPU interpreter runs the kernels, and its times say nothing of "
+                               "a GPU's, so each region keeps the plan its search chose (ranked by the cost model)")
+    _, _, stats = _run(stack, torch.randn(16, 64), tmp_path, search_backend="model", race=False)
+    assert stats.explain().endswith("none raced against Inductor: race=False: each region keeps the plan its search "
+                                    "chose")
+
+
+@pytest.mark.parametrize("call", ["backend", "tune_model"])
+def test_an_unknown_backend_option_is_refused_by_name(call: str) -> None:
+    from fusionsearch.dynamo.backend import tune_model
+
+    with pytest.raises(SpecError, match=r"option 'trails' \(did you mean 'trials'\?\); valid: trials, search_backend"):
+        if call == "backend":
+            fs.backend(trails=3)
+        else:
+            tune_model(ns["MLPBlock"]().eval(), torch.randn(4, 64), trails=3)
