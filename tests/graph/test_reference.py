@@ -20,6 +20,7 @@ SMALL: dict[str, dict[str, int]] = {
     "scale_mm": {"M": 7, "K": 16, "N": 9},
     "swiglu": {"M": 3, "D": 16, "H": 40},
     "w4_dequant_mm": {"M": 3, "K": 32, "N": 24, "G": 8},
+    "w8_linear": {"M": 2, "K": 40, "N": 24},
     "moe_ffn": {"T": 5, "D": 16, "H": 40, "E": 3},
 }
 DTYPES = [torch.float32, torch.bfloat16]
