@@ -131,7 +131,7 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     if len(est.per_kernel) != len(plan.kernels):
         raise CostModelError("the estimate passed to kernel_features was made for another plan; pass that plan's")
     g, k, ke = plan.graph, plan.kernels[index], est.per_kernel[index]
-    stored = plan.stored()[index]
+    stored = plan.stored_by(index)
     f: dict[str, float] = dict.fromkeys(FEATURE_NAMES, 0.0)
     f.update(_analytic(ke, hw))
     kind = kind_of(k)

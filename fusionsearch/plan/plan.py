@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -32,6 +33,16 @@ class Plan:
     # ---- derived facts the code generator and cost model share ---------------------------------
     def stored(self) -> list[set[str]]:
         """Per kernel, the nodes it writes to memory: graph outputs and values read by another kernel."""
+        return [set(s) for s in self._stored]
+
+    def stored_by(self, index: int) -> set[str]:
+        """stored()[index] without copying every kernel's set: the cost model asks once per kernel, and a copy
+        of the whole list each time made pricing a plan quadratic in its kernels (a 1,000-op chain: minutes)."""
+        return set(self._stored[index])
+
+    @functools.cached_property
+    def _stored(self) -> tuple[frozenset[str], ...]:
+        """stored(), computed once per plan (a Plan is frozen, its graph fixed while it exists)."""
         g = self.graph
         computed_in = [set(k.nodes) for k in self.kernels]
         first_producer: dict[str, int] = {}
@@ -48,7 +59,7 @@ class Plan:
             if n in outputs or any(j != i and n not in computed_in[j]
                                    for c in g.consumers(n) for j in computing.get(c, ())):
                 out[i].add(n)
-        return out
+        return tuple(frozenset(o) for o in out)
 
     def with_config(self, cfg: TileConfig) -> Plan:
         """The same plan with every matmul template on tile config `cfg` (benchmarks sweeping configs)."""

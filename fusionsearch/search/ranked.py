@@ -99,7 +99,7 @@ class PlanRanking:
 
         assert self._features is not None
         X, starts = self._features
-        known = {plan.to_json() for plan in self._plans}
+        known = set(self._plans)  # by value: one graph's plans are equal when their JSON is
         new: list[tuple[dict[str, str], Plan]] = []
         priced = [0]
 
@@ -110,8 +110,8 @@ class PlanRanking:
 
         for i in np.argsort(per_plan(_predict(model, X, self.check), starts), kind="stable")[:DESCENT_STARTS]:
             for params, plan in descend(self.space, self.params[i], price, self.admit):
-                if (key := plan.to_json()) not in known:
-                    known.add(key)
+                if plan not in known:
+                    known.add(plan)
                     new.append((params, plan))
         if new:
             X_new, starts_new = plans_matrix([plan for _, plan in new], self.hw)

@@ -31,6 +31,7 @@ from fusionsearch.kinds.matmul_template.configs import (
 )
 from fusionsearch.plan import (
     FUSABLE,
+    MAX_FUSED_DEPTH,
     Decision,
     MatmulKernelMaker,
     Plan,
@@ -103,14 +104,16 @@ class Space:
 
     def distinct_plans(self, params: Iterable[Mapping[str, str]] | None = None) -> list[tuple[dict[str, str], Plan]]:
         """(parameters, plan) of each distinct legal plan among `params` (default: every combination), in
-        order; of parameters giving one plan, the first is kept; illegal combinations are skipped."""
-        plans: dict[str, tuple[dict[str, str], Plan]] = {}
+        order; of parameters giving one plan, the first is kept; illegal combinations are skipped. Plans of one
+        graph are told apart by value (a Plan's equality and hash: kernels, recompute, options), not by their
+        JSON, which took a quarter of a 10-matmul search to write."""
+        plans: dict[Plan, tuple[dict[str, str], Plan]] = {}
         for p in self.every_params() if params is None else params:
             try:
                 plan = self.plan(p)
             except PlanError:
                 continue
-            plans.setdefault(plan.to_json(), (dict(p), plan))
+            plans.setdefault(plan, (dict(p), plan))
         return list(plans.values())
 
     def decisions(self, choice: Mapping[str, str]) -> dict[str, Decision]:
@@ -261,14 +264,32 @@ def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
                          and kind.accepts(g, mm) for label in kind.choices(g, mm, fits, max_configs))  # type: ignore[arg-type]
                    for mm in matmuls)
     groups = _legal_groups(g, groups_nodes, matmuls, cfgs)
-    if any(not grp.options for grp in groups):  # no kernel can hold such a group whole: its nodes one by one
-        groups_nodes = [part for grp in groups for part in ([grp.nodes] if grp.options else
-                                                              [(n,) for n in grp.nodes])]
+    # No kernel can hold such a group whole: first cut it into bands of dependent nodes a kernel can hold (a chain
+    # longer than MAX_FUSED_DEPTH), then, for what is still homeless (values of several shapes), its nodes one by one
+    for split in (_depth_bands, lambda _, nodes: [(n,) for n in nodes]):
+        if all(grp.options for grp in groups):
+            break
+        groups_nodes = [part for grp in groups for part in ([grp.nodes] if grp.options else split(g, grp.nodes))]
         groups = _legal_groups(g, groups_nodes, matmuls, cfgs)
     if empty := [grp for grp in groups if not grp.options]:
         raise GraphError(f"no kernel can run node {empty[0].nodes[0]!r} ({g.node(empty[0].nodes[0]).op}) as the "
                          "search builds kernels")
     return Space(g, tuple(groups), matmuls, cfgs, library, others if any(others) else ())
+
+
+def _depth_bands(g: OpGraph, nodes: Sequence[str]) -> list[tuple[str, ...]]:
+    """`nodes` (one group, in topological order) cut into bands of dependent nodes one short of MAX_FUSED_DEPTH,
+    so that each band fits a kernel beside its matmul; each band's connected parts, in topological order."""
+    members, depth = set(nodes), {}
+    for n in nodes:
+        depth[n] = 1 + max((depth[s] for s in g.node(n).inputs if s in members), default=0)
+    bands: dict[int, list[str]] = {}
+    for n in nodes:
+        bands.setdefault((depth[n] - 1) // (MAX_FUSED_DEPTH - 1), []).append(n)
+    order = {n: i for i, n in enumerate(nodes)}
+    parts = [tuple(sorted(part, key=order.__getitem__)) for band in bands.values()
+             for part in nx.connected_components(g.nx.subgraph(band).to_undirected())]
+    return sorted(parts, key=lambda part: order[part[0]])
 
 
 class _Window:

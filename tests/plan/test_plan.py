@@ -472,3 +472,25 @@ def test_tile_config_is_a_hashable_value() -> None:
     assert a == b and hash(a) == hash(b) and len({a, b, TileConfig()}) == 2
     assert TileConfig(group_m=3, split_k=3, num_stages=5).split_k == 3  # only block sizes and warps are powers of two
     assert a.short() == "16x32x64 g1 sk3 w4 s3"
+
+
+def test_a_plans_stored_values_are_found_once_so_pricing_is_linear_in_its_kernels(monkeypatch: Any) -> None:
+    """Issue 53 item 17: the cost model's features asked Plan.stored() once per kernel, and each call walked every
+    kernel, so featurizing a plan of n kernels cost n^2 (a 300-op chain's search: 62 of its 83 s)."""
+    from fusionsearch.costmodel import H200
+    from fusionsearch.costmodel.features import plan_features
+
+    g = OpGraph()
+    prev = g.add("mm", [g.input("x", (4, 8), "float32"), g.input("w", (8, 8), "float32")], name="y")
+    for i in range(400):
+        prev = g.add("relu" if i % 2 else "neg", [prev], name=f"n{i}")
+    g.set_outputs([prev])
+    plan = P.unfused(g)
+    calls = Counter[str]()
+    consumers = OpGraph.consumers
+    monkeypatch.setattr(OpGraph, "consumers", lambda self, n: calls.update(["consumers"]) or consumers(self, n))
+    assert len(plan_features(plan, H200)) == 401
+    assert calls["consumers"] <= 2 * len(g)  # n^2 = 160,000 before
+    assert plan.stored() == [{"y"}, *({f"n{i}"} for i in range(400))]
+    plan.stored()[0].add("x")  # a copy: the plan's own sets stay as they are
+    assert plan.stored_by(0) == {"y"}

@@ -153,3 +153,28 @@ def test_a_sampled_space_gains_the_plans_met_descending_from_its_best_predicted(
     sampled, descended = found[0], found[ranked.DESCENT_STARTS]
     assert sampled[1] == 0 and sampled[0] > fastest * 1.01  # the sample alone misses it
     assert descended[0] == pytest.approx(fastest) and descended[1] > 0 and descended[2] == sampled[2] + descended[1]
+
+
+def test_a_descent_builds_at_most_its_budget_of_plans(monkeypatch: Any) -> None:
+    """Issue 53 item 17: a descent built every option of every parameter each sweep, each plan as large as the
+    graph, so its work grew as the square of the graph (40 chained matmuls: minutes for a 2-trial search)."""
+    import fusionsearch.search.ranked as ranked
+    from fusionsearch.costmodel.learned import plan_times_us
+
+    g = fs.workload("swiglu", M=16, D=64, H=96)
+    space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 3)
+    start = space.params_for({})
+    built = []
+    original = type(space).plan
+    monkeypatch.setattr(type(space), "plan", lambda self, params: built.append(1) or original(self, params))
+
+    def price(plans: list[Any]) -> np.ndarray:
+        return np.asarray(plan_times_us(_Scrambled(), plans, fs.costmodel.H200))
+
+    free = ranked.descend(space, start, price, lambda plan: True)
+    unbounded = len(built)
+    assert unbounded > 12 and free
+    monkeypatch.setattr(ranked, "DESCENT_BUDGET", 12)
+    built.clear()
+    ranked.descend(space, start, price, lambda plan: True)
+    assert 0 < len(built) <= 12

@@ -278,3 +278,25 @@ def test_a_group_no_kernel_can_hold_whole_is_searched_node_by_node() -> None:
     res = fs.tune(rope_halves, x, w, c, trials=4, backend="model")
     for got, want in zip(res.compile()(x, w, c), rope_halves(x.double(), w.double(), c.double()), strict=True):
         assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [127, 129, 200, 1_000])
+def test_a_chain_past_the_fused_depth_between_a_weight_and_its_matmul_is_searched_in_bands(length: int) -> None:
+    """Issue 53 item 17: 127 or more elementwise ops between a weight and its matmul form one group no kernel can
+    hold whole (MAX_FUSED_DEPTH); every trial failed in Optuna ("choices must contain one or more elements"),
+    then its nodes were offered one by one (a 1,000-op chain: 1,000 kernels, a 2-trial search of 315 s). It is
+    now cut into bands a kernel can hold, the last one free to be the matmul's prologue."""
+    g = OpGraph()
+    x, prev = g.input("x", (16, 64), torch.float16), g.input("w", (64, 64), torch.float16)
+    for i in range(length):
+        prev = g.add("exp" if i % 2 else "neg", [prev], name=f"n{i}")
+    g.set_outputs([g.add("mm", [x, prev], name="y")])
+    space = enumerate_space(g)
+    bands = math.ceil(length / (P.MAX_FUSED_DEPTH - 1))
+    assert [len(grp.nodes) for grp in space.groups] == [P.MAX_FUSED_DEPTH - 1] * (bands - 1) + [
+        length - (P.MAX_FUSED_DEPTH - 1) * (bands - 1)]
+    assert all(grp.options for grp in space.groups)
+    assert "prologue:mm0:B" in space.groups[-1].options
+    best = fs.tune(g, trials=2, backend="model").best
+    assert len(best.kernels) <= bands + 1
+    best.check()
