@@ -4,8 +4,11 @@ Nothing measured is ever lost to damage: readers walk the members one by one, sk
 (or a line that is not a JSON row) with a DatasetWarning naming its byte offset and the rows lost, and read
 every intact member after it. Appending only ever adds bytes at the end (a torn batch from a killed run stays,
 skipped, before the new one), one batch per write + fsync, and refuses a file that is not a dataset. Each
-member records its row count in its gzip header (an FEXTRA subfield), so that a damaged one says exactly how
-many rows it held; for members written before that, the loss is estimated from the size."""
+member records in its gzip header (FEXTRA subfields) its row count and the rows written to the file up to and
+with it, so that what a damaged stretch lost is counted exactly from the intact batches around it, whatever it
+held (several batches whose headers are gone, or inserted bytes that held none). Where that cannot be known (a
+stretch at the end of the file: at least the rows its readable headers name; members written before the headers
+carried counts: estimated from the size) the warning says so."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ STATUSES = ("ok", "compile_failed", "invalid", "timed_out", "failed")
 
 _MAGIC = b"\x1f\x8b\x08"  # gzip's ID bytes and its one compression method, deflate: where a member can begin
 _ROWS_FIELD = b"FS"  # the FEXTRA subfield holding a member's row count (uint32, little-endian)
+_TOTAL_FIELD = b"FT"  # the one holding the rows written to the file up to and with this member (uint64)
 _CHUNK = 1 << 16  # bytes fed to the decompressor at a time: a member's end is found without copying the file
 
 
@@ -36,19 +40,23 @@ class DatasetWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Damage:
-    """A stretch of a dataset that could not be read: `size` bytes at byte `offset`, holding `rows` rows
-    (None: unknown; `exact` False: estimated from its size)."""
+    """A stretch of a dataset that could not be read: `size` bytes at byte `offset`, holding `rows` rows (None:
+    unknown), a count that is `how`: "exact", "at least" or "estimated" (from its size)."""
 
     offset: int
     size: int
     rows: int | None
-    exact: bool
+    how: str
     what: str
 
     def describe(self, path: str) -> str:
-        rows = f"{self.rows} row is" if self.rows == 1 else f"{self.rows} rows are"
-        lost = (f"its {rows}" if self.exact else f"about {rows}") if self.rows is not None else \
-            "an unknown number of rows are"
+        rows, verb = (f"{self.rows} row", "is") if self.rows == 1 else (f"{self.rows} rows", "are")
+        lost = "an unknown number of rows are" if self.rows is None else "no rows are" if self.rows == 0 else \
+            f"its {rows} {verb}" if self.how == "exact" else f"at least {rows} {verb}" if self.how == "at least" \
+            else f"an estimated {rows} (from its size) {verb}"
+        if not self.size:
+            return (f"{path}: {self.what} at byte {self.offset} (their bytes were cut out); "
+                    f"{lost.removeprefix('its ')} lost")
         return (f"{path}: {self.what} at byte {self.offset} ({self.size} bytes) could not be read; {lost} skipped, "
                 "every intact batch around it is read")
 
@@ -121,26 +129,40 @@ def _parse(contents: bytes) -> tuple[list[dict[str, Any]], list[int]]:
     return rows, bad
 
 
-def _header_rows(buf: bytes | mmap.mmap, pos: int) -> int | None:
-    """The row count a member starting at `pos` records in its header, if it has one we wrote."""
+def _header_counts(buf: bytes | mmap.mmap, pos: int) -> tuple[int | None, int | None]:
+    """(row count, rows written up to and with it) that a member starting at `pos` records in its header; None
+    for each it does not record (a member written before it was recorded, or no member header there)."""
     head = buf[pos:pos + 12]
     if len(head) < 12 or head[:3] != _MAGIC or not head[3] & 4:  # FLG.FEXTRA
-        return None
+        return None, None
     extra = buf[pos + 12:pos + 12 + struct.unpack("<H", head[10:12])[0]]
+    fields = {}
     i = 0
     while i + 4 <= len(extra):
         length = struct.unpack("<H", extra[i + 2:i + 4])[0]
-        if extra[i:i + 2] == _ROWS_FIELD and length == 4 and i + 8 <= len(extra):
-            return int(struct.unpack("<I", extra[i + 4:i + 8])[0])
+        fields[bytes(extra[i:i + 2])] = bytes(extra[i + 4:i + 4 + length])
         i += 4 + length
-    return None
+    rows, total = fields.get(_ROWS_FIELD, b""), fields.get(_TOTAL_FIELD, b"")
+    return (struct.unpack("<I", rows)[0] if len(rows) == 4 else None,
+            struct.unpack("<Q", total)[0] if len(total) == 8 else None)
 
 
-def _member(rows: list[dict[str, Any]]) -> bytes:
-    """One batch as a gzip member (what gzip.compress writes at level 9, mtime 0) with its row count in the
-    header."""
+def _rows_written(buf: bytes | mmap.mmap) -> int:
+    """The rows written to the file so far: the total the last member header records (a torn last batch's
+    included), else, for a file of members that record none, the rows that can be read."""
+    pos = len(buf)
+    while (pos := buf.rfind(_MAGIC, 0, pos)) >= 0:
+        total = _header_counts(buf, pos)[1]
+        if total is not None:
+            return total
+    return sum(len(_parse(contents)[0]) for _, _, contents in _walk(buf) if contents is not None)
+
+
+def _member(rows: list[dict[str, Any]], before: int = 0) -> bytes:
+    """One batch as a gzip member (what gzip.compress writes at level 9, mtime 0) with its row count and the
+    rows written up to and with it (`before` + its own) in the header."""
     data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
-    extra = _ROWS_FIELD + struct.pack("<HI", 4, len(rows))
+    extra = _ROWS_FIELD + struct.pack("<HI", 4, len(rows)) + _TOTAL_FIELD + struct.pack("<HQ", 8, before + len(rows))
     header = _MAGIC + bytes([4]) + struct.pack("<I", 0) + b"\x02\xff" + struct.pack("<H", len(extra)) + extra
     deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     body = deflate.compress(data) + deflate.flush()
@@ -176,33 +198,56 @@ def read_dataset(path: str) -> DatasetRead:
         return DatasetRead([], [])
     rows: list[dict[str, Any]] = []
     damage: list[Damage] = []
-    unread: list[tuple[int, int]] = []
     intact_bytes = 0
     with mapped as buf:
-        for start, end, contents in _walk(buf):
+        stretches = list(_walk(buf))  # intact members and unreadable stretches alternate
+        for start, end, contents in stretches:
             if contents is None:
-                unread.append((start, end))
                 continue
             got, bad = _parse(contents)
             rows += got
             intact_bytes += end - start
             if bad:
                 lines = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-                damage.append(Damage(start, end - start, len(bad), True, f"a batch with {len(bad)} lines that are "
-                                     f"not JSON rows (line{'s' if len(bad) > 1 else ''} {lines})"))
-        for start, end in unread:
-            starts = [start]
-            while (nxt := buf.find(_MAGIC, starts[-1] + 1, end)) >= 0:
-                starts.append(nxt)
-            counts = [_header_rows(buf, s) for s in starts]
-            exact = counts[0] is not None
-            # Estimated from the rows per byte of the intact batches; a batch holds one row at least.
-            lost = sum(c or 0 for c in counts) if exact else \
-                max(1, round((end - start) * len(rows) / intact_bytes)) if intact_bytes else None
-            what = "a damaged or torn batch (gzip member)" if buf[start:start + 3] == _MAGIC else \
-                "bytes that are not a gzip member"
-            damage.append(Damage(start, end - start, lost, exact, what))
+                damage.append(Damage(start, end - start, len(bad), "exact", f"a batch with {len(bad)} lines that "
+                                     f"are not JSON rows (line{'s' if len(bad) > 1 else ''} {lines})"))
+        for i, (start, end, contents) in enumerate(stretches):
+            if contents is not None and i and stretches[i - 1][2] is not None:  # two intact batches in a row
+                (_, before), (count, total) = _header_counts(buf, stretches[i - 1][0]), _header_counts(buf, start)
+                if before is not None and count is not None and total is not None and total - count > before:
+                    damage.append(Damage(start, 0, total - count - before, "exact",
+                                         "batches are missing before the batch"))
+            if contents is None:
+                before = 0 if i == 0 else _header_counts(buf, stretches[i - 1][0])[1]
+                after = _header_counts(buf, end) if i + 1 < len(stretches) else None
+                lost, how = _lost(buf, start, end, before, after)
+                if how == "estimated":  # from the rows per byte of the intact batches; a batch holds a row at least
+                    lost = max(1, round((end - start) * len(rows) / intact_bytes)) if intact_bytes else None
+                what = "a damaged or torn batch (gzip member)" if buf[start:start + 3] == _MAGIC else \
+                    "bytes that are not a gzip member"
+                damage.append(Damage(start, end - start, lost, how, what))
     return DatasetRead(rows, sorted(damage, key=lambda d: d.offset))
+
+
+def _lost(buf: bytes | mmap.mmap, start: int, end: int, before: int | None,
+          after: tuple[int | None, int | None] | None) -> tuple[int | None, str]:
+    """(rows, how counted) that the unreadable stretch [start, end) held: exactly, from the totals of the intact
+    members around it (`before`: rows written up to the stretch, 0 at the file's start, None when unrecorded;
+    `after`: the next intact member's (row count, total), None at the end of the file); else at least what the
+    member headers inside it record; else ("estimated") to be estimated from its size."""
+    if before is not None and after is not None and after[0] is not None and after[1] is not None \
+            and after[1] - after[0] >= before:
+        return after[1] - after[0] - before, "exact"
+    starts = [start] if buf[start:start + 3] == _MAGIC else []
+    while (nxt := buf.find(_MAGIC, (starts or [start])[-1] + 1, end)) >= 0:
+        starts.append(nxt)
+    counts = [_header_counts(buf, s) for s in starts]
+    totals = [t for _, t in counts if t is not None]
+    if before is not None and totals and max(totals) >= before:  # every batch written before the last one named
+        return max(totals) - before, "at least"
+    if counts and counts[0][0] is not None:
+        return sum(c or 0 for c, _ in counts), "at least"
+    return None, "estimated"
 
 
 def read_rows(path: str) -> list[dict[str, Any]]:
@@ -249,11 +294,15 @@ def append_rows(path: str, rows: Iterable[dict[str, Any]]) -> int:
     rows = list(rows)
     if not rows:
         return 0
-    payload = _member(rows)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if os.path.isdir(path):
         raise CostModelError(f"{path} is a directory, not a measurements dataset file")
     check_appendable(path)
+    try:
+        with _Mapped(path) as buf:
+            payload = _member(rows, _rows_written(buf))
+    except FileNotFoundError:
+        payload = _member(rows)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(payload)
