@@ -55,7 +55,11 @@ class RegionChoice:
             choice = RegionChoice(**d)
         except TypeError:
             return None
-        return choice if choice.chosen in (OURS, INDUCTOR) else None
+        ok = (choice.chosen in (OURS, INDUCTOR)
+              and all(isinstance(v, str) for v in (choice.label, choice.fusion, choice.mode, choice.reason))
+              and all(t is None or (isinstance(t, int | float) and not isinstance(t, bool))
+                      for t in (choice.ours_us, choice.inductor_us)))
+        return choice if ok else None
 
 
 def inductor_options(mode: str, cudagraphs: bool = False) -> dict[str, Any]:
