@@ -6,16 +6,22 @@ waiting trials, exactly as workers started by hand with --storage/--study do. Wh
 bar over all of them is drawn from the storage. A worker that dies leaves its claimed trial to be failed and laid
 out again (search/slots.py: by the RDB heartbeat, or on a journal file because its process is gone), and the
 caller then joins the study itself, so no trial is lost. Each trial
-records which worker ran it (user attr 'worker')."""
+records which worker ran it (user attr 'worker').
+
+A worker's configuration (the storage URL among it: with PostgreSQL, its password) and the example inputs reach
+it through a pipe on its stdin, and its stderr goes to an unnamed temporary file: nothing a worker needs is ever
+a named file, so none is left behind (nor any secret on disk) however the caller ends, SIGKILL included."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
-import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,35 +73,50 @@ def run_workers(graph_spec: dict[str, Any], options: SearchOptions, inputs: Sequ
     """Start `count` workers on the study named in `options` (its storage laid out already), wait for them all,
     and return how each ended. `options` are the caller's SearchOptions with the shared storage and study."""
     gpus = visible_gpus() if backend == "gpu" else []
-    with tempfile.TemporaryDirectory(prefix="fusionsearch-workers-") as tmp:
-        inputs_path = None
-        if inputs is not None:
-            inputs_path = os.path.join(tmp, "inputs.pt")
-            torch.save([t.detach().cpu() for t in inputs], inputs_path)
-        procs = []
+    saved = io.BytesIO()
+    if inputs is not None:
+        torch.save([t.detach().cpu() for t in inputs], saved)
+    procs, feeders = [], []
+    try:
         for i in range(count):
             tag = f"gpu{gpus[i]}" if gpus else f"cpu{i}"
             # Each worker's sampler draws from its own seed: the same seed would propose the same plans.
-            config = {"graph": graph_spec, "inputs": inputs_path, "options": {
+            config = {"graph": graph_spec, "options": {
                 **dataclasses.asdict(options), "workers": 1, "progress": False, "worker_tag": tag,
                 "finalists": 0,  # the caller times the study's finalists once, after every worker is done
                 "seed": (options.seed + 1 + i) % 2**32}}
-            path = os.path.join(tmp, f"worker{i}.json")
-            with open(path, "w") as f:
-                json.dump(config, f)
             env = settings.child_environment(**({settings.VISIBLE_DEVICES: gpus[i]} if gpus else {}))
-            err = open(os.path.join(tmp, f"worker{i}.err"), "w+")  # noqa: SIM115 (closed after the wait)
-            procs.append((tag, err, subprocess.Popen([sys.executable, "-m", "fusionsearch.search.workers", path],
-                                                     env=env, stdin=subprocess.DEVNULL,
-                                                     stdout=subprocess.DEVNULL, stderr=err)))
+            err = tempfile.TemporaryFile("w+b")  # noqa: SIM115 (closed after the wait; unnamed: nothing to remove)
+            proc = subprocess.Popen([sys.executable, "-m", "fusionsearch.search.workers", tag], env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+            procs.append((tag, err, proc))
+            # Fed from a thread: a pipe holds 64 KB, and a worker reads it only once its imports are done.
+            feeders.append(threading.Thread(target=_feed, args=(proc, json.dumps(config).encode(), saved.getbuffer()),
+                                            daemon=True))
+            feeders[-1].start()
         _wait_with_progress([p for _, _, p in procs], options, progress)
         exits = []
         for tag, err, proc in procs:
             err.seek(0)
-            tail = "\n".join(err.read().strip().splitlines()[-3:])
-            err.close()
+            tail = "\n".join(err.read().decode(errors="replace").strip().splitlines()[-3:])
             exits.append(WorkerExit(tag, proc.returncode, tail))
+    finally:
+        for feeder in feeders:
+            feeder.join(timeout=1.0)
+        for _, err, _ in procs:
+            err.close()
     return exits
+
+
+def _feed(proc: subprocess.Popen[bytes], config: bytes, inputs: memoryview) -> None:
+    """Write a worker's stdin: its configuration as one line of JSON, then its example inputs as torch.save wrote
+    them (nothing when it has none), then end of file. A worker that died before reading it is reported by its
+    exit code, not here."""
+    assert proc.stdin is not None
+    with contextlib.suppress(OSError):  # BrokenPipeError: the worker is gone
+        with proc.stdin:
+            proc.stdin.write(config + b"\n")
+            proc.stdin.write(inputs)
 
 
 def _wait_with_progress(procs: list[subprocess.Popen[bytes]], options: SearchOptions, enabled: bool) -> None:
@@ -137,13 +158,14 @@ def _show(bar: Any, study: optuna.Study, done: set[optuna.trial.TrialState]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """A worker: `python -m fusionsearch.search.workers CONFIG.json` joins the study and runs trials."""
+    """A worker: `python -m fusionsearch.search.workers TAG` reads its configuration and inputs from stdin (as
+    run_workers writes them), joins the study and runs trials. TAG only names the process."""
     from fusionsearch.graph.spec import graph_from_dict
 
-    (path,) = argv if argv is not None else sys.argv[1:]
-    with open(path) as f:
-        config = json.load(f)
-    inputs = torch.load(config["inputs"], weights_only=True) if config["inputs"] else None
+    (_tag,) = argv if argv is not None else sys.argv[1:]
+    head, _, saved = sys.stdin.buffer.read().partition(b"\n")
+    config = json.loads(head)
+    inputs = torch.load(io.BytesIO(saved), weights_only=True) if saved else None
     run_here(graph_from_dict(config["graph"]), SearchOptions(**config["options"]), inputs)
     return 0
 

@@ -50,16 +50,19 @@ def test_three_workers_run_exactly_the_trials_of_the_study() -> None:
     assert "workers:" in res.explain() or len(tags) == 1
 
 
-def _worker_pids(config_name: str) -> list[int]:
-    """The processes running `python -m fusionsearch.search.workers .../config_name` (read from /proc)."""
+def _worker_pids(tag: str, parent: int | None = None) -> list[int]:
+    """The processes running `python -m fusionsearch.search.workers TAG` (read from /proc), only those whose
+    parent is `parent` when given ('' for any tag)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
+                ppid = int((entry / "stat").read_bytes().rpartition(b")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"fusionsearch.search.workers" in cmdline and any(a.endswith(config_name.encode()) for a in cmdline):
+            if b"fusionsearch.search.workers" in cmdline and (not tag or tag.encode() in cmdline) \
+                    and parent in (None, ppid):
                 pids.append(int(entry.name))
     return pids
 
@@ -88,7 +91,7 @@ def test_a_worker_killed_mid_trial_loses_nothing(tmp_path: Path, kind: str, capl
         deadline = time.time() + 120
         while time.time() < deadline and not killed:
             for tag in [t for t in running_workers() if t.startswith("cpu")][:1]:
-                pids = _worker_pids(f"worker{tag.removeprefix('cpu')}.json")
+                pids = _worker_pids(tag, os.getpid())
                 try:
                     _signal(pids, signal.SIGSTOP)  # frozen first: if its trial is still running now, it dies in it
                     if pids and tag in running_workers():
@@ -161,3 +164,50 @@ def test_the_cli_runs_two_workers_and_reports_them_together(tmp_path: Path) -> N
         in p.stdout.splitlines()[0]
     assert "trials: 12 (" in p.stdout
     assert (tmp_path / "out" / "plan.json").is_file()
+
+
+def test_a_killed_parent_leaves_no_worker_file_and_no_storage_url_on_disk(tmp_path: Path) -> None:
+    """Issue 53 item 15: a `--workers` search's parent SIGKILLed left /tmp/fusionsearch-workers-*/worker*.json
+    holding the storage URL (with PostgreSQL, its password). The workers get their configuration through a pipe
+    and write their stderr to unnamed files: nothing of theirs is on disk, nor the URL on their command line."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    db = tmp_path / "secret-study.db"
+    url = f"sqlite:///{db}"
+    parent = subprocess.Popen([sys.executable, "-m", "fusionsearch", "search", "mm_bias_gelu", "--shape",
+                               "M=16,K=256,N=256", "--backend", "model", "--trials", "5000", "--workers", "2",
+                               "--quiet", "--storage", url, "--study", "secret", "--out", str(tmp_path / "out")],
+                              env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and parent.poll() is None:
+            workers = _worker_pids("", parent.pid)
+            if len(workers) == 2 and _worker_trials(db) >= 2:  # both running trials: their configuration read
+                break
+            time.sleep(0.2)
+        assert len(workers) == 2 and _worker_trials(db) >= 2, "the workers did not start running trials"
+        for pid in workers:  # nor on the command line or in the environment, which others may read
+            assert url.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert url.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+        parent.kill()
+        parent.wait()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        _signal(workers, signal.SIGKILL)
+    left = list(tmp.rglob("*"))
+    assert not [p for p in left if p.name.startswith("fusionsearch-workers-")], left
+    assert not [p for p in left if p.is_file() and url.encode() in p.read_bytes()], left
+
+
+def _worker_trials(db: Path) -> int:
+    """Trials of the study at `db` that a worker process ran (0 while it cannot be read)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.2)) as con:
+            return int(con.execute("SELECT COUNT(*) FROM trial_user_attributes WHERE key = 'worker' AND "
+                                   "value_json LIKE '%cpu%'").fetchone()[0])
+    except sqlite3.Error:
+        return 0
