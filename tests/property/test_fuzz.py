@@ -1,5 +1,7 @@
 """A seeded fuzzer over what users hand fusionsearch: graph specs (as dicts and as files), plan JSON (as dicts and
-text) and the Python API that builds graphs and tile configs (issue 24).
+text) and the Python API that builds graphs and tile configs (issue 24); and over the files it reads back (issue
+53): cost-model files (their JSON record and their arrays' values) and plan-cache entries (their record, their
+text, a directory, a FIFO or a device in their place).
 
 Valid inputs (the built-in workloads at small sizes, a graph of every op family, their reference plans) are
 mutated: keys dropped, renamed, duplicated; values replaced by huge, negative, zero, float, bool, None, string,
@@ -17,10 +19,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import random
 import reprlib
 import resource
+import shutil
 import signal
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -394,3 +399,209 @@ def test_fuzzed_inputs_succeed_or_raise_one_line_package_errors(tmp_path: Path, 
     for kind in ("SpecError", "GraphError", "PlanError"):
         assert tally.outcomes[kind] >= 20, (kind, counts)
     assert growth_mb < MEMORY_GROWTH_MB
+
+
+# ---- model files and plan-cache entries (issue 53: validated down to their values) ---------------------------
+
+FILE_CASES = {"model meta": 80, "model text": 40, "model values": 140, "cache record": 200, "cache text": 100,
+              "cache file": 20}
+HOSTILE_FLOATS = [math.nan, math.inf, -math.inf, 1e300, -1e300, 1e30, 60.0, -60.0, 0.0, -0.0, 5e-324, 1.0]
+HOSTILE_INTS = [-1, 0, 1, 2, 2**31 - 1, -2**31, 7, 1000]
+
+
+def _dumps(obj: Any) -> str:
+    """JSON text of a mutated value, a 5,000-digit integer included (what a hostile file may hold)."""
+    limit, depth = sys.get_int_max_str_digits(), sys.getrecursionlimit()
+    sys.set_int_max_str_digits(0)
+    sys.setrecursionlimit(max(depth, 20_000))  # nested 900 levels inside one another, several times
+    try:
+        return json.dumps(obj)
+    finally:
+        sys.set_int_max_str_digits(limit)
+        sys.setrecursionlimit(depth)
+
+
+def _small_model(tmp: Path) -> tuple[str, Any]:
+    """A tiny fitted cost model saved as .npz (every group of regressors present) and rows to predict."""
+    import numpy as np
+
+    from fusionsearch.costmodel import H200
+    from fusionsearch.costmodel.features import ANALYTIC_FEATURE, COMPILED_FEATURES, FEATURE_NAMES
+    from fusionsearch.costmodel.learned import LearnedCostModel
+
+    rng = np.random.default_rng(SEED)
+    col = {name: i for i, name in enumerate(FEATURE_NAMES)}
+    X = rng.uniform(1, 10, size=(300, len(FEATURE_NAMES)))
+    groups = rng.integers(0, 8, 300)
+    X[:, col["kind_template"]] = rng.random(300) < 0.6
+    X[:, col["a_bits"]] = X[:, col["b_bits"]] = np.where(groups < 2, 32.0, 16.0)
+    compiled = col[COMPILED_FEATURES[0]]
+    X[:, compiled] = np.where(rng.random(300) < 0.5, np.nan, X[:, compiled])
+    y = X[:, col[ANALYTIC_FEATURE]] * rng.uniform(0.5, 2.0, 300)
+    model = LearnedCostModel(max_iter=4, n_bags=2, min_samples_leaf=5).fit(X, y, hardware=H200, groups=groups)
+    record = {**H200.to_dict(), "profile": H200.to_dict()}  # as a collected model records its GPU
+    model.set_hardware(record)
+    return model.save(str(tmp / "model.npz")), X
+
+
+def _npz_arrays(path: str) -> dict[str, Any]:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+def _write_npz(path: Path, arrays: dict[str, Any]) -> str:
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    return str(path)
+
+
+def _take_on_model(path: str, X: Any) -> None:
+    """A model file that loads must predict a finite, positive time for every row, NaN features included."""
+    import numpy as np
+
+    from fusionsearch.costmodel.learned import load
+
+    times = load(path).predict(X)
+    assert np.all(np.isfinite(times)) and np.all(times > 0), times[~(np.isfinite(times) & (times > 0))][:3]
+
+
+def _model_cases(rng: random.Random, tmp: Path, tally: Tally) -> Iterator[None]:
+    import numpy as np
+
+    good, X = _small_model(tmp)
+    arrays = _npz_arrays(good)
+    meta = json.loads(arrays["meta"].tobytes())
+    for i in range(FILE_CASES["model meta"]):
+        changed, how = mutate(meta, rng)
+        text = _dumps(changed).encode()
+        path = _write_npz(tmp / f"meta{i}.npz", {**arrays, "meta": np.frombuffer(text, dtype=np.uint8)})
+        _run(tally, "model meta", how, lambda path=path: _take_on_model(path, X))
+        yield
+    for i in range(FILE_CASES["model text"]):
+        text, how = mutate_text(json.dumps(meta), rng)
+        path = _write_npz(tmp / f"text{i}.npz", {**arrays, "meta": np.frombuffer(text, dtype=np.uint8)})
+        _run(tally, "model text", how, lambda path=path: _take_on_model(path, X))
+        yield
+    numeric = sorted(k for k, a in arrays.items() if k != "meta")
+    for i in range(FILE_CASES["model values"]):
+        changed = dict(arrays)
+        labels = []
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            key = rng.choice(numeric)
+            a = changed[key].copy()
+            if len(a):
+                at = rng.randrange(len(a))
+                pool = HOSTILE_FLOATS if a.dtype.kind == "f" else HOSTILE_INTS if a.dtype.kind == "i" else [True, False]
+                value = rng.choice(pool) if rng.random() < 0.8 else a[rng.randrange(len(a))] * rng.choice([10, -1])
+                a[at if rng.random() < 0.7 else slice(None)] = value
+            changed[key] = a
+            labels.append(key)
+        path = _write_npz(tmp / f"values{i}.npz", changed)
+        _run(tally, "model values", "+".join(labels), lambda path=path: _take_on_model(path, X))
+        yield
+
+
+def _take_on_entry(cache: Any, key: str, g: OpGraph, plan: P.Plan) -> None:
+    """A cache entry loads as a plan for `g` with a usable record, or as a miss with at most one warning, and
+    the next store repairs it."""
+    import warnings
+
+    from fusionsearch.dynamo.race import RegionChoice
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        entry = cache.load_entry(key, g)
+        again = cache.load_entry(key, g)
+    assert len(seen) <= 1 and (entry is None) == (again is None), [str(w.message) for w in seen]
+    if entry is not None:
+        got, record = entry
+        assert got.graph is g
+        best = record.get("best_us")
+        assert best is None or (type(best) in (int, float) and (best != best or 0 < best < math.inf)), best
+        choice = RegionChoice.from_dict(record.get("race"))
+        assert choice is None or all(t is None or float(t) == t or t != t for t in (choice.ours_us, choice.inductor_us))
+    cache.store(key, g, plan, 3.0)
+    assert cache.load(key, g) == plan
+    assert os.listdir(cache.directory) == [f"{key}.json"]
+
+
+def _clear(path: Path) -> None:
+    """Whatever is at `path` removed (a case that broke the rules may leave a directory or a FIFO there)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _cache_cases(rng: random.Random, bases: list[OpGraph], tmp: Path, tally: Tally) -> Iterator[None]:
+    from fusionsearch.dynamo.plan_cache import PlanCache
+
+    g = bases[0]
+    plan = P.heuristic(g)
+    cache = PlanCache(str(tmp / "plans"))
+    key = cache.key(g, "cpu-interpreter", {})
+    path = Path(cache.directory) / f"{key}.json"
+    cache.store(key, g, plan, 12.5, {"race": {"label": "r", "chosen": "fusionsearch", "ours_us": 3.0,
+                                               "inductor_us": 4.0, "fusion": "f", "mode": "default", "reason": ""}})
+    record = json.loads(path.read_text())
+    for _ in range(FILE_CASES["cache record"]):
+        changed, how = mutate(record, rng)
+        _clear(path)
+        path.write_text(_dumps(changed))
+        _run(tally, "cache record", how, lambda: _take_on_entry(cache, key, g, plan))
+        yield
+    for _ in range(FILE_CASES["cache text"]):
+        data, how = mutate_text(json.dumps(record, indent=1), rng)
+        _clear(path)
+        path.write_bytes(data)
+        _run(tally, "cache text", how, lambda: _take_on_entry(cache, key, g, plan))
+        yield
+    for i in range(FILE_CASES["cache file"]):
+        _clear(path)
+        kind = ["directory", "fifo", "device", "dangling link", "empty"][i % 5]
+        if kind == "directory":
+            path.mkdir()
+            (path / "x").write_text("x")
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":
+            path.symlink_to("/dev/zero")
+        elif kind == "dangling link":
+            path.symlink_to(tmp / "nowhere")
+        else:
+            path.write_bytes(b"")
+        _run(tally, "cache file", kind, lambda: _take_on_entry(cache, key, g, plan))
+        yield
+
+
+def test_fuzzed_model_files_and_plan_cache_entries_load_or_are_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Model files (their JSON record as a value and as text, their arrays' values) and plan-cache entries (their
+    record, their text, special files in their place): a model loads only to predict finite, positive times, or is
+    refused with a one-line CostModelError; a cache entry loads as a usable record or is a miss, never blocks, and
+    the next store repairs it."""
+    rng = random.Random(SEED)
+    tally = Tally(Counter(), Counter(), [])
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    start = time.perf_counter()
+    try:
+        for _ in _model_cases(rng, tmp_path, tally):
+            pass
+        for _ in _cache_cases(rng, _bases(), tmp_path, tally):
+            pass
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    total = sum(tally.outcomes.values()) + len(tally.bad)
+    with capsys.disabled():
+        print(f"\nfuzz files: {total} cases in {time.perf_counter() - start:.1f} s (seed {SEED}): "
+              f"{dict(sorted(tally.by_source.items()))}")
+        for line in tally.bad[:20]:
+            print("fuzz BROKE:", line)
+    assert not tally.bad, f"{len(tally.bad)} cases broke the rules; first: {tally.bad[:5]}"
+    assert total == sum(FILE_CASES.values())
+    assert tally.by_source["model values: CostModelError"] >= 40 and tally.by_source["model values: accepted"] >= 20
+    assert tally.by_source["cache record: accepted"] >= 50
