@@ -28,7 +28,8 @@ import torch
 import fusionsearch as fs
 from fusionsearch.costmodel.analytic import estimate, fits
 from fusionsearch.costmodel.hardware import H200
-from fusionsearch.costmodel.learned import load, per_plan, plan_time_us, plans_matrix
+from fusionsearch.costmodel.learned import load
+from fusionsearch.costmodel.pricing import per_plan, plan_time_us, plans_matrix
 from fusionsearch.costmodel.refit import StudyRefit
 from fusionsearch.plan import Plan
 from fusionsearch.search.ranked import compile_fastest

@@ -317,7 +317,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _learned_kernel_times(plan: Any, hw: Any) -> list[float] | None:
     """Each kernel's time (µs) by the shipped learned model when it matches this GPU, else None."""
-    from fusionsearch.costmodel.learned import load_default, plans_matrix
+    from fusionsearch.costmodel.learned import load_default
+    from fusionsearch.costmodel.pricing import plans_matrix
 
     model = load_default()
     if model is None:

@@ -69,7 +69,8 @@ def test_explain_prints_the_saved_plan(searched: Path, capsys: pytest.CaptureFix
     """Each figure named by the model that gave it, and what the search itself recorded of the plan."""
     from fusionsearch.costmodel import hardware
     from fusionsearch.costmodel.analytic import estimate
-    from fusionsearch.costmodel.learned import load, plans_matrix
+    from fusionsearch.costmodel.learned import load
+    from fusionsearch.costmodel.pricing import plans_matrix
 
     g = fs.load_graph(str(searched / "graph.json"))
     plan = Plan.from_json((searched / "plan.json").read_text(), g)

@@ -28,13 +28,12 @@ import inspect
 import math
 import os
 import warnings
-import zipfile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fusionsearch import settings
-from fusionsearch.costmodel import trees
+from fusionsearch.costmodel import legacy_skops, trees
 from fusionsearch.costmodel.analytic import check_hardware
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
@@ -42,19 +41,15 @@ from fusionsearch.costmodel.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     library_rows,
-    plan_features,
-    to_matrix,
 )
 from fusionsearch.costmodel.hardware import Hardware
 from fusionsearch.errors import CostModelError
-from fusionsearch.plan import Plan
 
 if TYPE_CHECKING:  # scikit-learn is imported where a model is fitted or a legacy file read, not to predict
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-__all__ = ["FILE_FORMAT", "CorrectedModel", "LearnedCostModel", "correct", "load",
-           "load_default", "per_plan", "plan_time_us", "plan_times_us", "plans_matrix", "wide_templates",
-           "without_compiled"]
+__all__ = ["FILE_FORMAT", "LearnedCostModel", "blind_to_compiled", "library_priced", "load", "load_default",
+           "wide_templates", "without_compiled"]
 
 FILE_FORMAT = "fusionsearch-costmodel"
 FORMAT_VERSION = 1  # of the .npz files; a file of another version is refused
@@ -193,7 +188,7 @@ class LearnedCostModel:
                 log_ratio[rows] = _bagged_log_ratio(X[rows], models, compiled_models)
         with np.errstate(over="ignore", invalid="ignore"):  # what overflows is refused, in one line, just below
             times = np.exp(log_ratio + self._offset(X))
-        return _positive_times(_library_priced(X, times))
+        return _positive_times(library_priced(X, times))
 
     def _fit_bags(self, X: np.ndarray, target: np.ndarray, groups: Any
                   ) -> tuple[list[HistGradientBoostingRegressor], list[HistGradientBoostingRegressor]]:
@@ -201,7 +196,7 @@ class LearnedCostModel:
         whole space has), one that reads them, fitted when rows have them (what a search has for the plans it
         compiled; else empty)."""
         bags = self._bags(len(target), groups)
-        blind = _blind(X)
+        blind = blind_to_compiled(X)
         models = [self._regressor().fit(blind[rows], target[rows]) for rows in bags]
         compiled = [self._regressor().fit(X[rows], target[rows]) for rows in bags] if _compiled(X).any() else []
         return models, compiled
@@ -267,12 +262,10 @@ class LearnedCostModel:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         if path.endswith(LEGACY_SUFFIX):
-            import skops.io
-
             if any(isinstance(m, trees.Trees) for group in models.values() for m in group):
                 raise CostModelError(f"{path}: a model read from an .npz file saves as .npz only (it holds plain "
                                      "trees, not scikit-learn regressors)")
-            skops.io.dump({**record, **models}, tmp, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
+            legacy_skops.write({**record, **models}, tmp)
         else:
             groups = {name: [_as_trees(m) for m in group] for name, group in models.items()}
             _check_trees_values(path, sum(groups.values(), []))  # a file that `load` would refuse is not written
@@ -316,7 +309,7 @@ def without_compiled(X: np.ndarray) -> np.ndarray:
     return X
 
 
-def _blind(X: np.ndarray) -> np.ndarray:
+def blind_to_compiled(X: np.ndarray) -> np.ndarray:
     """X as the models blind to compiled figures see it: those columns constant."""
     X = np.array(X, dtype=np.float64)
     X[:, _COMPILED_COLUMNS] = 0.0
@@ -347,7 +340,7 @@ def _narrow_graph_rows(X: np.ndarray, groups: Any) -> np.ndarray:
 def _bagged_log_ratio(X: np.ndarray, models: list, compiled_models: list) -> np.ndarray:
     """The mean prediction of `models` (blind to compiled figures), and of `compiled_models` for the rows that
     carry those figures when there are such models."""
-    out = np.mean([m.predict(_blind(X)) for m in models], axis=0)
+    out = np.mean([m.predict(blind_to_compiled(X)) for m in models], axis=0)
     compiled = _compiled(X) if compiled_models else np.zeros(len(X), dtype=bool)
     if compiled.any():
         out[compiled] = np.mean([m.predict(X[compiled]) for m in compiled_models], axis=0)
@@ -362,7 +355,7 @@ def load(path: str) -> LearnedCostModel:
         raise CostModelError(f"{path}: no such model file")
     members = trees.check_archive(path)
     if any(info.filename == "schema.json" for info in members):  # skops writes this member, numpy never
-        record = _read_skops(path)
+        record = legacy_skops.read(path, TRUSTED_TYPES)
     else:
         meta, groups = trees.read(path, GROUPS)
         if meta.get("format") == FILE_FORMAT and meta.get("format_version") != FORMAT_VERSION:
@@ -373,24 +366,6 @@ def load(path: str) -> LearnedCostModel:
                                  f"schema v{FEATURE_SCHEMA_VERSION} has {len(FEATURE_NAMES)}")
         record = {**meta, **groups}
     return _from_record(path, record)
-
-
-def _read_skops(path: str) -> dict[str, Any]:
-    """The record of a legacy skops model file, loaded only when it holds nothing but trusted types."""
-    import skops.io
-
-    try:
-        untrusted = skops.io.get_untrusted_types(file=path)
-    except Exception:  # skops raises zipfile, JSON and key errors alike on files it did not write
-        raise CostModelError(f"{path}: not a cost model file (not a skops archive)") from None
-    unexpected = sorted(set(untrusted) - set(TRUSTED_TYPES))
-    if unexpected:
-        raise CostModelError(f"{path}: refused, it holds types a cost model never holds ({', '.join(unexpected)})")
-    try:
-        record = skops.io.load(path, trusted=TRUSTED_TYPES)
-    except Exception as e:
-        raise CostModelError(f"{path}: not a readable cost model file ({type(e).__name__})") from None
-    return record if isinstance(record, dict) else {}
 
 
 def _from_record(path: str, record: dict[str, Any]) -> LearnedCostModel:
@@ -506,63 +481,8 @@ def _load_once(path: str) -> LearnedCostModel | None:
 _LOADED: dict[tuple[str, int, int], LearnedCostModel] = {}
 
 
-class CorrectedModel:
-    """A learned model times exp(correction), the correction fitted on one search's measured kernels (see
-    costmodel/refit.py); it predicts like the model it corrects and is never saved."""
-
-    def __init__(self, base: LearnedCostModel, correction: HistGradientBoostingRegressor) -> None:
-        self.base, self.correction = base, correction
-        self.hardware_ = base.hardware_
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Predicted kernel times (µs), one per feature row."""
-        X = LearnedCostModel._check_X(X)
-        return _library_priced(X, self.base.predict(X) * np.exp(self.correction.predict(_blind(X))))
-
-
-def _library_priced(X: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+def library_priced(X: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     """`predicted` with the library matmuls' rows at the analytic model's figure (features.library_rows)."""
     library = library_rows(X)
     predicted[library] = X[library, FEATURE_NAMES.index(ANALYTIC_FEATURE)]
     return predicted
-
-
-def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:
-    """`base` corrected on measured kernels (features X, times y in µs): a small boosted model of the log ratio
-    of measured to predicted time, so that a few dozen kernels fit in a fraction of a second."""
-    X = LearnedCostModel._check_X(X)
-    y = np.asarray(y, dtype=np.float64).ravel()
-    if len(y) != len(X) or len(y) == 0 or not np.all(np.isfinite(y)) or np.any(y <= 0):
-        raise CostModelError("a correction needs one positive, finite time (µs) per feature row")
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    residual = np.log(y) - np.log(base.predict(X))
-    correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8, min_samples_leaf=2,
-                                               early_stopping=False, random_state=0)
-    # Blind to compiled figures: the search's measured plans carry none, the candidates it compiled do.
-    return CorrectedModel(base, correction.fit(_blind(X), residual))
-
-
-def plan_time_us(model: LearnedCostModel | CorrectedModel, plan: Plan, hw: Hardware) -> float:
-    """A plan's predicted time (µs): the sum of its kernels' predictions."""
-    return plan_times_us(model, [plan], hw)[0]
-
-
-def plan_times_us(model: LearnedCostModel | CorrectedModel, plans: list[Plan], hw: Hardware) -> list[float]:
-    """plan_time_us of many plans with one call of the regressor."""
-    if not plans:
-        return []
-    X, starts = plans_matrix(plans, hw)
-    return [float(t) for t in per_plan(model.predict(X), starts)]
-
-
-def plans_matrix(plans: list[Plan], hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
-    """The feature rows of every kernel of `plans` (one non-empty plan at least), and where each plan after the
-    first starts among them: predict once, then `per_plan` sums each plan's kernels."""
-    rows = [plan_features(p, hw) for p in plans]
-    return to_matrix([f for r in rows for f in r]), np.cumsum([len(r) for r in rows])[:-1]
-
-
-def per_plan(per_kernel: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Plan times from kernel times: the sum over each plan's kernels (`starts` from plans_matrix)."""
-    return np.array([chunk.sum() for chunk in np.split(per_kernel, starts)])

@@ -10,17 +10,20 @@ the search refits every few measured plans. The search calls `add` after each me
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fusionsearch.costmodel.features import plan_features, to_matrix
 from fusionsearch.costmodel.hardware import Hardware
-from fusionsearch.costmodel.learned import correct
+from fusionsearch.costmodel.learned import LearnedCostModel, blind_to_compiled, library_priced
 from fusionsearch.errors import CostModelError
 from fusionsearch.plan import Plan
 
-__all__ = ["StudyRefit"]
+if TYPE_CHECKING:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+__all__ = ["CorrectedModel", "StudyRefit", "correct"]
 
 
 class StudyRefit:
@@ -64,3 +67,34 @@ class StudyRefit:
         model = correct(self.base, np.array(self._X), np.array(self._y))
         self.refits += 1
         return model
+
+
+class CorrectedModel:
+    """A learned model times exp(correction), the correction fitted on one search's measured kernels (see
+    costmodel/refit.py); it predicts like the model it corrects and is never saved."""
+
+    def __init__(self, base: LearnedCostModel, correction: HistGradientBoostingRegressor) -> None:
+        self.base, self.correction = base, correction
+        self.hardware_ = base.hardware_
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted kernel times (µs), one per feature row."""
+        X = LearnedCostModel._check_X(X)
+        return library_priced(X, self.base.predict(X) * np.exp(self.correction.predict(blind_to_compiled(X))))
+
+
+
+def correct(base: LearnedCostModel, X: Any, y: Any) -> CorrectedModel:
+    """`base` corrected on measured kernels (features X, times y in µs): a small boosted model of the log ratio
+    of measured to predicted time, so that a few dozen kernels fit in a fraction of a second."""
+    X = LearnedCostModel._check_X(X)
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if len(y) != len(X) or len(y) == 0 or not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise CostModelError("a correction needs one positive, finite time (µs) per feature row")
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    residual = np.log(y) - np.log(base.predict(X))
+    correction = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=8, min_samples_leaf=2,
+                                               early_stopping=False, random_state=0)
+    # Blind to compiled figures: the search's measured plans carry none, the candidates it compiled do.
+    return CorrectedModel(base, correction.fit(blind_to_compiled(X), residual))

@@ -152,7 +152,7 @@ class Objective:
     def predict(self, plan: Plan) -> float:
         """The plan's predicted time (µs): the learned model where one matches this GPU, else the analytic one."""
         if self.model is not None:
-            from fusionsearch.costmodel.learned import plan_time_us
+            from fusionsearch.costmodel.pricing import plan_time_us
 
             return float(plan_time_us(self.model, plan, self.hw))
         return self.estimate(plan, self.hw).time_us
@@ -201,7 +201,7 @@ class Objective:
         trial.set_user_attr("kernel_us", kernel_us)
         self.measured_plans.append(plan)
         if self.refit.add(plan, kernel_us):
-            from fusionsearch.costmodel.learned import plan_times_us
+            from fusionsearch.costmodel.pricing import plan_times_us
 
             self.model = self.refit.refit()
             self.best_measured_prediction = min(plan_times_us(self.model, self.measured_plans, self.hw))

@@ -79,7 +79,7 @@ class PlanRanking:
         model = self.model_of()
         if model is None or not self._plans:
             return self._analytic
-        from fusionsearch.costmodel.learned import per_plan
+        from fusionsearch.costmodel.pricing import per_plan
 
         if self._features is None:
             self._features = _matrix(self._plans, self.hw, self.check)
@@ -95,7 +95,7 @@ class PlanRanking:
     def _add_descents(self, model: Any) -> None:
         """Add to the candidates the plans met descending (`descend`) from the DESCENT_STARTS best-predicted."""
         from fusionsearch.costmodel.analytic import estimate
-        from fusionsearch.costmodel.learned import per_plan, plan_times_us, plans_matrix
+        from fusionsearch.costmodel.pricing import per_plan, plan_times_us, plans_matrix
 
         assert self._features is not None
         X, starts = self._features
@@ -140,7 +140,7 @@ def _checked(items: list[Any], check: Callable[[str, int, int], None], step: str
 
 def _matrix(plans: list[Plan], hw: Any, check: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
     """plans_matrix of `plans`, built CHUNK plans at a time between checks."""
-    from fusionsearch.costmodel.learned import plans_matrix
+    from fusionsearch.costmodel.pricing import plans_matrix
 
     parts, starts, rows = [], [], 0
     for i in range(0, len(plans), CHUNK):
@@ -170,7 +170,7 @@ def compile_fastest(model: Any, plans: list[Plan], X: np.ndarray, starts: np.nda
     does not keeps its prediction; its trial will say why)."""
     from fusionsearch.codegen.resources import many_plan_resources
     from fusionsearch.costmodel.features import FEATURE_NAMES, plan_features
-    from fusionsearch.costmodel.learned import per_plan
+    from fusionsearch.costmodel.pricing import per_plan
 
     first = np.argsort(per_plan(model.predict(X), starts), kind="stable")[:top]
     bounds = np.concatenate([[0], starts, [len(X)]])

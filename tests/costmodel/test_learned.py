@@ -27,7 +27,8 @@ from fusionsearch.costmodel.features import (
     plan_features,
     to_matrix,
 )
-from fusionsearch.costmodel.learned import LearnedCostModel, load, load_default, plan_time_us, wide_templates
+from fusionsearch.costmodel.learned import LearnedCostModel, load, load_default, wide_templates
+from fusionsearch.costmodel.pricing import plan_time_us
 from fusionsearch.costmodel.train import cross_validate, cv_splits, evaluate, load_dataset, train
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import CostModelError
@@ -382,7 +383,7 @@ def test_cli_errors_exit_2_with_one_line(tmp_path: Path, dataset: str, capsys: p
 
 
 def test_the_search_prunes_with_a_given_learned_model(tmp_path: Path, model: LearnedCostModel) -> None:
-    from fusionsearch.costmodel.learned import plan_time_us
+    from fusionsearch.costmodel.pricing import plan_time_us
     from fusionsearch.plan import Plan
     from fusionsearch.search.study import SearchOptions, run_study
 

@@ -17,7 +17,9 @@ from fusionsearch import plan as P
 from fusionsearch.costmodel.analytic import LIBRARY_FIXED_US, estimate
 from fusionsearch.costmodel.features import library_rows, plan_features, to_matrix
 from fusionsearch.costmodel.hardware import H200
-from fusionsearch.costmodel.learned import LearnedCostModel, correct, plan_times_us
+from fusionsearch.costmodel.learned import LearnedCostModel
+from fusionsearch.costmodel.pricing import plan_times_us
+from fusionsearch.costmodel.refit import correct
 from fusionsearch.errors import PlanError
 from fusionsearch.measure import validate
 from fusionsearch.plan import LibraryKernel, Plan, PointwiseKernel, TemplateKernel

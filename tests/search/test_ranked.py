@@ -138,7 +138,7 @@ def test_a_sampled_space_gains_the_plans_met_descending_from_its_best_predicted(
     descent from the sample's best-predicted plans adds the model's fastest plan of the whole space, found
     here by pricing every plan."""
     import fusionsearch.search.ranked as ranked
-    from fusionsearch.costmodel.learned import plan_times_us
+    from fusionsearch.costmodel.pricing import plan_times_us
 
     g = fs.workload("swiglu", M=16, D=64, H=96)
     space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 3)
@@ -159,7 +159,7 @@ def test_a_descent_builds_at_most_its_budget_of_plans(monkeypatch: Any) -> None:
     """Issue 53 item 17: a descent built every option of every parameter each sweep, each plan as large as the
     graph, so its work grew as the square of the graph (40 chained matmuls: minutes for a 2-trial search)."""
     import fusionsearch.search.ranked as ranked
-    from fusionsearch.costmodel.learned import plan_times_us
+    from fusionsearch.costmodel.pricing import plan_times_us
 
     g = fs.workload("swiglu", M=16, D=64, H=96)
     space = enumerate_space(g, lambda gg, mm, cfg: fits(gg, mm, cfg), 3)
