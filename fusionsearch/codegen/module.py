@@ -167,6 +167,35 @@ def _workspace(kernel, numel, device, dtype=torch.float32):
     return _WORKSPACES[key]
 
 
+_INDEX_FLAGS = {}
+
+
+class IndexOutOfRange(InputError, IndexError):
+    """An index input names a row outside the table it gathers from (eager PyTorch's IndexError). No kernel read
+    outside the table: each gather clamps its rows into it, and checks them (fusionsearch's tile.check_index)."""
+
+
+def _index_flag(device):
+    """The int32 that a gathering kernel sets where an index is outside its table, one per device; on a CPU
+    zeroed at every call (a call that failed after a kernel set it must not fail the next one)."""
+    key = (device.type, device.index)
+    if key not in _INDEX_FLAGS:
+        _INDEX_FLAGS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    elif device.type == "cpu":
+        _INDEX_FLAGS[key].zero_()
+    return _INDEX_FLAGS[key]
+
+
+def _index_check(flag):
+    """Raise IndexOutOfRange where a kernel of this call set `flag`. Read on a CPU only, where it costs nothing
+    and Triton's interpreter runs no device assert; on a GPU the kernels' device assert (debug=True) stops
+    them, since reading the flag would wait for the GPU, which a CUDA graph's capture does not allow."""
+    if flag.device.type == "cpu" and int(flag[0]):
+        flag.zero_()
+        raise IndexOutOfRange(None, "an index is out of range of the table it gathers rows from (valid: -rows "
+                                    "to rows - 1)")
+
+
 def _tma_allocator(device):
     """Device-side TMA descriptors live in scratch memory that Triton asks an allocator for: ours (on the
     inputs' device) unless the caller set one. Triton keeps the allocator per thread (a context variable)."""
@@ -268,6 +297,8 @@ def _launch_lines(gk: GeneratedKernel, args: list[str], site: int, record: bool)
     straight to the compiled kernel's launcher, `fast[site]`, with the same arguments and the constexprs'
     values in parameter order (the launcher skips them)."""
     meta = [f"{c}={v}" for c, v in gk.constexprs.items()] + [f"num_warps={gk.num_warps}", f"num_stages={gk.num_stages}"]
+    if gk.index_flag:  # its gathers' device asserts compiled in, as Inductor compiles its kernels
+        meta += ["debug=True", "sanitize_overflow=False"]
     grid = f"({', '.join(map(str, gk.grid))})"  # a persistent template's program count is an expression
     call = f"{gk.name}[{grid}]({', '.join(args + meta)})"
     direct = [*map(str, gk.grid), "stream", "_fn", "_md", "None", "None", "None", *args,
@@ -390,6 +421,8 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
                 args.append(buf[a.node])
                 if a.strides:
                     args.append(f"*{buf[a.node]}.stride()")
+            if gk.index_flag:
+                args.append("index_flag")
             if gk.workspace:
                 args.append(f"ws{i}")
             if gk.semaphores:
@@ -402,6 +435,9 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
         launches.append(calls)
     if externs:
         head += ["    if not EXTERNS:", "        _load_externs()"]
+    checked = any(gk.index_flag for gk in kernels)
+    if checked:
+        head.append("    index_flag = _index_flag(device)")
     # Inputs read other than element by element, checked before any launch (after the inputs are unpacked).
     checks = []
     read_as_words = {a.node for gk in kernels for a in gk.args if a.words}
@@ -424,7 +460,8 @@ def generate_module(plan: Plan, **overrides: Any) -> PlanModule:
     head[at:at] = checks
     outputs = f"[{', '.join(buf[o] for o in g.outputs)}]"
     run = ["@_quiet_kernels", "def run(*inputs, poison=False):", *head,
-           *_freeing(plan, body, starts, buf, allocated), "    _remember(key, launched)", f"    return {outputs}"]
+           *_freeing(plan, body, starts, buf, allocated), "    _remember(key, launched)",
+           *(["    _index_check(index_flag)"] if checked else []), f"    return {outputs}"]
     steps = ["@_quiet_kernels", "def steps(*inputs, poison=False):",
              '    """Run the plan once, then return (one callable per plan kernel, outputs) over its buffers."""',
              *head, *body, "    _remember(key, launched)", "    if fast is None and key is not None:",

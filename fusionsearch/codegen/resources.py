@@ -26,6 +26,7 @@ from fusionsearch.codegen.module import generate_module
 from fusionsearch.errors import CodegenError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds import compiled_kinds
+from fusionsearch.kinds.triton_source.index_check import INDEX_FLAG
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.plan.resources import KernelResources
 
@@ -179,8 +180,10 @@ def compile_kernel(g: OpGraph, gk: GeneratedKernel, module_source: str, arch: in
     src = ASTSource(fn=fn, signature=signature, attrs=attrs,
                     constexprs={(fn.arg_names.index(name),): v for name, v in constants.items()})
     try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": gk.num_warps, "num_stages": gk.num_stages})
+        options = {"num_warps": gk.num_warps, "num_stages": gk.num_stages}
+        if gk.index_flag:  # as the module launches it: its index checks' device asserts compiled in
+            options.update(debug=True, sanitize_overflow=False)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as e:  # Triton's own errors (out of shared memory, unsupported op) name the cause
         raise CodegenError(f"compiling {gk.name} for sm_{arch} failed: {type(e).__name__}: {str(e)[:300]}") from None
     return compiled.asm["cubin"], int(compiled.metadata.shared)
@@ -200,6 +203,8 @@ def _signature(g: OpGraph, gk: GeneratedKernel) -> tuple[dict[str, str], dict[st
                 signature[name], constants[name] = "constexpr", 1
             else:
                 signature[name], strides[name] = "i32", value
+    if gk.index_flag:
+        signature[INDEX_FLAG] = "*i32"
     if gk.workspace:
         signature["ws_ptr"] = "*fp32"
     if gk.semaphores:

@@ -77,7 +77,7 @@ def generate_pointwise(g: OpGraph, k: PointwiseKernel, stored: set[str], name: s
     head.splice(src)
     grid = (max(1, math.ceil(numel / XBLOCK)), 1, 1)
     return GeneratedKernel(name, head.text(), buffers.args, grid, {"XBLOCK": XBLOCK}, num_warps=NUM_WARPS,
-                          num_stages=1)
+                          num_stages=1, index_flag=buffers.flagged)
 
 
 def _flat_index(src: Source, shape: tuple[int, ...], suffix: str) -> tuple[Idx, ...]:

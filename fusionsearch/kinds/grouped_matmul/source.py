@@ -18,6 +18,7 @@ from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds.grouped_matmul.kernel import GroupedKernel
 from fusionsearch.kinds.grouped_matmul.routing import ExpertRouting, expert_routing
 from fusionsearch.kinds.triton_source.emit import NameGen, Source
+from fusionsearch.kinds.triton_source.index_check import check_index
 from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.kinds.triton_source.matmul_tile import (
     MatmulTile,
@@ -28,7 +29,7 @@ from fusionsearch.kinds.triton_source.matmul_tile import (
     load_operands,
     serial_split_k,
 )
-from fusionsearch.kinds.triton_source.tile import BufferArg, Buffers, offset
+from fusionsearch.kinds.triton_source.tile import Buffers, offset
 from fusionsearch.kinds.triton_source.tile_index import Idx
 from fusionsearch.plan.matmul import Problem, problem, template_operands
 from fusionsearch.plan.options import FP32_DOTS, CodegenOptions
@@ -71,14 +72,17 @@ def generate_grouped(g: OpGraph, k: GroupedKernel, stored: set[str], name: str, 
     return [_route_kernel(g, r, f"{name}_route", k.config.block_m), _matmul_kernel(g, k, r, stored, name, o)]
 
 
-def _expert_ids(src: Source, arg: BufferArg, r: ExpertRouting, other: int) -> None:
-    """`expert`: each pair's expert (torch's negative indices counted from the end), `other` past the pairs."""
+def _expert_ids(src: Source, buffers: Buffers, r: ExpertRouting, other: int) -> None:
+    """`ids`: each pair's expert (torch's negative indices counted from the end), `other` past the pairs. An
+    expert outside [0, E) is reported (tile.check_index); its pair matches no expert, so nothing reads by it."""
+    arg = buffers.get(r.router)
     index = (Idx(f"pair_ids // {r.top}"), Idx(f"pair_ids % {r.top}")) if len(arg.strides) == 2 else (Idx("pair_ids"),)
     where = offset(arg, index)  # idx [T, A], or [P] already flat
     src.line("pair_ids = tl.arange(0, BLOCK_P)")
     src.line(f"mask_p = pair_ids < {r.pairs}")
     src.line(f"ids = tl.load({arg.ptr} + {where}, mask=mask_p, other=0).to(tl.int32)")
     src.line(f"ids = tl.where(ids < 0, ids + {r.experts}, ids)")
+    check_index(src, "ids", r.experts, "mask_p", buffers)
     src.line(f"ids = tl.where(mask_p, ids, {other})")
 
 
@@ -87,7 +91,7 @@ def _inline_routing(src: Source, buffers: Buffers, r: ExpertRouting) -> Source:
     pairs: [experts x pairs] and [BLOCK_M x pairs] comparisons), instead of a routing kernel's table: one launch
     less and no dependency between launches at decode. Returns the block under `if expert < E`."""
     E = r.experts
-    _expert_ids(src, buffers.get(r.router), r, -1)
+    _expert_ids(src, buffers, r, -1)
     src.line("offs_e = tl.arange(0, BLOCK_E)")
     src.line("counts = tl.sum((ids[None, :] == offs_e[:, None]).to(tl.int32), axis=1)")
     src.line("blocks_e = (counts + BLOCK_M - 1) // BLOCK_M")
@@ -128,10 +132,9 @@ def _table_routing(src: Source, r: ExpertRouting, blocks: int) -> Source:
 
 def _route_kernel(g: OpGraph, r: ExpertRouting, name: str, block_m: int) -> GeneratedKernel:
     buffers, src = Buffers(g), Source(1, NameGen())
-    arg = buffers.get(r.router)
     P, E = r.pairs, r.experts
     src.line(f"# fusionsearch grouped routing: {P} token-expert pairs of {E} experts, blocks of BLOCK_M pairs")
-    _expert_ids(src, arg, r, E)
+    _expert_ids(src, buffers, r, E)
     src.line("pairs_before = tl.full((), 0, tl.int32)")
     src.line("blocks_before = tl.full((), 0, tl.int32)")
     src.line(f"for e in range({E}):")
@@ -158,6 +161,9 @@ def _matmul_kernel(g: OpGraph, k: GroupedKernel, r: ExpertRouting, stored: set[s
     p = Problem(blocks, cfg.block_m, r.cols, problem(g, k.matmul).k)
     split, k_tiles, even_k = k_slices(p, cfg.block_k, cfg.split_k)
     buffers, kernel_src = Buffers(g), Source(1, NameGen())
+    # A block takes only pairs routed to an expert in [0, E) (by _expert_ids, here or in the routing kernel,
+    # which checks every id): the B gather's ids, read at those pairs, need no second check.
+    buffers.checked.add(r.router)
     src = kernel_src
     src.line(f"# fusionsearch grouped kernel: {g.node(k.matmul).op} of {E} experts, prologue A "
              f"{len(k.prologue_a)} ops, B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} ops, {k.config.short()}")

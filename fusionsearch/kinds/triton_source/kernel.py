@@ -26,3 +26,5 @@ class GeneratedKernel:
     semaphores: int = 0  # int32 arrival counters (serial split-K), zero between launches, passed after workspace
     routing: int = 0  # int32 table the step's first kernel writes and the later ones read (the grouped matmul's
     # pairs sorted by expert), passed after the semaphores
+    index_flag: bool = False  # it gathers rows by an index: the int32 flag (tile.check_index) follows its tensors
+    # parameter, and it is compiled with debug=True (its device asserts) and sanitize_overflow=False

@@ -359,4 +359,4 @@ def assemble_kernel(name: str, body: Source, buffers: Buffers, grid: tuple[int |
     head.splice(body)
     return GeneratedKernel(name, head.text(), buffers.args, grid, constexprs,
                            getattr(cfg, "num_warps", 4), getattr(cfg, "num_stages", 3), workspace, semaphores,
-                           routing)
+                           routing, buffers.flagged)

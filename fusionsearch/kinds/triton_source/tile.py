@@ -16,6 +16,7 @@ from fusionsearch.graph.ops_pointwise import promote
 from fusionsearch.graph.registry import InputInfo, get_op
 from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, Value, compute_dtype, convert, tl_dtype
 from fusionsearch.kinds.triton_source.emit import Source
+from fusionsearch.kinds.triton_source.index_check import INDEX_FLAG, check_index
 from fusionsearch.kinds.triton_source.magic import FOLD_MAGIC, MAGIC, nonnegative_bound, small_int_bits
 from fusionsearch.kinds.triton_source.tile_index import (
     WORD_BYTES,
@@ -72,6 +73,8 @@ class Buffers:
         self.g = g
         self.args: list[BufferArg] = []
         self._by_key: dict[tuple[str, str], BufferArg] = {}
+        self.flagged = False  # a gather checks its indices (check_index): the int32 INDEX_FLAG follows the tensors
+        self.checked: set[str] = set()  # index nodes whose values need no check_index here (checked before)
 
     def get(self, node: str, role: str = "in") -> BufferArg:
         key = (node, role)
@@ -85,7 +88,7 @@ class Buffers:
         return self._by_key[key]
 
     def params(self) -> list[str]:
-        return [p for a in self.args for p in (a.ptr, *a.strides)]
+        return [p for a in self.args for p in (a.ptr, *a.strides)] + ([INDEX_FLAG] if self.flagged else [])
 
 
 def offset(arg: BufferArg, index: tuple[Idx, ...]) -> str:
@@ -374,10 +377,15 @@ class TileEvaluator:
         iv = self.value(idx, index[:ir])
         rows = self.g.node(table).shape[0]
         # Negative indices count from the end, as in torch.
+        variant, lanes = self._is_variant(iv.name), mask_of(index[:ir])
         fixed = self._emit("row", f"tl.where({iv.name} < 0, {iv.name} + {rows}, {iv.name})", iv.dtype, iv.dtype,
-                           self._is_variant(iv.name))
-        row = Idx(fixed.name, mask_of(index[:ir]))
-        return self.value(table, (row, *index[ir:]))
+                           variant)
+        if idx not in self.buffers.checked:
+            check_index(self.body if (variant or self.hoist is None) else self.hoist, fixed.name, rows, lanes,
+                        self.buffers)
+        # Clamped into the table: no index reads outside it (the check reports it), and the loads stay unmasked.
+        safe = self._emit("row", f"tl.minimum(tl.maximum({fixed.name}, 0), {rows - 1})", iv.dtype, iv.dtype, variant)
+        return self.value(table, (Idx(safe.name, lanes), *index[ir:]))
 
     def _pointwise(self, n: str, index: tuple[Idx, ...]) -> Value:
         node = self.g.node(n)
