@@ -175,7 +175,8 @@ def test_progress_shows_on_stderr_while_regions_are_searched_and_not_when_all_ar
             torch.compile(block, backend=be, dynamic=False)(x)
         err = capsys.readouterr().err
         if searching:
-            assert "fusionsearch: 2 regions, 2 distinct to search" in err and "2/2" in err and "searched 2, cached 0" in err
+            assert "fusionsearch: 2 regions, 2 distinct to search" in err and "2/2" in err
+            assert "searched 2, cached 0" in err
             assert re.search(r"cached 0 [0-9.]+ us", err)  # the last region's best time
         else:
             assert "fusionsearch:" not in err and be.stats.cached == 2
