@@ -104,7 +104,9 @@ def test_the_timeout_holds_while_the_cost_model_ranks_the_space(tmp_path: Path) 
     res = run_study(g, SearchOptions(trials=64, backend="model", sampler="ranked", cost_model="analytic",
                                      storage=url, study_name="r", timeout=2.0))
     took = time.time() - start
-    assert took < 3.0, took
+    # 2.0-2.1 s on an idle 2-core machine, 3.3 s with the suite's other worker beside it; 10.4 s before the fix
+    # (the whole ranking first): a bound that a loaded CI machine holds and the unchecked ranking does not.
+    assert took < 6.0, took
     stopped = [t for t in res.trials if t.status == "interrupted"]
     assert len(stopped) <= 1 and all("the time limit passed while" in t.reason for t in stopped), stopped
     ran = [t for t in res.trials if t.state in ("complete", "pruned")]
