@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import pickle
-import signal
 import struct
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from deadline import deadline
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from fusionsearch.costmodel import H200, trees
@@ -23,21 +22,6 @@ from fusionsearch.costmodel.features import ANALYTIC_FEATURE, COMPILED_FEATURES,
 from fusionsearch.costmodel.learned import GROUPS, LearnedCostModel, load, without_compiled
 from fusionsearch.costmodel.trees import Trees
 from fusionsearch.errors import CostModelError
-
-
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Fail (TimeoutError) instead of hanging when the body runs past `seconds`."""
-    def expire(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _random_rows(rng: np.random.Generator, n: int, nan_share: float) -> np.ndarray:

@@ -6,35 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from deadline import deadline
 
 import fusionsearch as fs
 from fusionsearch import plan as P
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.race import RegionChoice
-
-
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Fail (TimeoutError) instead of hanging when the body runs past `seconds`."""
-    def expire(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
