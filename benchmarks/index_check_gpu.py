@@ -2,7 +2,7 @@
 (gather_mm fully fused; moe_ffn under each mix of kernel kinds the space offers) is generated twice: as the
 package generates it (rows clamped, a bad index sets a flag and fails a device assert, kernels compiled with
 debug=True) and with the check stripped from the source; both are validated equal on the same inputs, then timed
-kernel by kernel (launched directly) and whole, replayed from a CUDA graph, L2 flushed (do_bench). `--bad`
+kernel by kernel (launched directly) and whole, replayed from a CUDA graph, L2 flushed (time_callable). `--bad`
 also runs each plan with one index out of range and says what it raised (the device assert stops the kernel:
 a process that later fails every CUDA call, so it runs in a child process per plan).
 
@@ -26,6 +26,7 @@ import fusionsearch as fs
 from fusionsearch import plan as P
 from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.runtime import load_source
+from fusionsearch.measure.bench import time_callable
 from fusionsearch.search.space import enumerate_space
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,16 +55,15 @@ def plans() -> Iterator[tuple[str, fs.OpGraph, P.Plan]]:
 
 
 def timed(module: Any, inputs: list[torch.Tensor]) -> dict[str, float]:
-    """The kernels' µs summed (each launched alone) and the whole plan's µs replayed from a CUDA graph."""
-    from triton.testing import do_bench
-
+    """The kernels' µs summed (each launched alone) and the whole plan's µs replayed from a CUDA graph, both with
+    the harness every figure uses (time_callable: medians, L2 flushed clean before each call)."""
     calls, _ = module.steps(*inputs)
-    kernels = sum(do_bench(c, warmup=50, rep=300, return_mode="median") * 1e3 for c in calls)
+    kernels = sum(time_callable(c).median_us for c in calls)
     module.run(*inputs)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         module.run(*inputs)
-    return {"kernels_us": kernels, "graph_us": do_bench(graph.replay, warmup=50, rep=300, return_mode="median") * 1e3}
+    return {"kernels_us": kernels, "graph_us": time_callable(graph.replay).median_us}
 
 
 def bad_index(name: str, value: int) -> None:
