@@ -45,3 +45,22 @@ def test_seeds_give_the_pinned_graphs(name: str) -> None:
     assert [g.signature_hash() for g in graphs] == hashes
     digest = hashlib.sha256(json.dumps([g.to_dict() for g in graphs], sort_keys=True).encode()).hexdigest()[:16]
     assert digest == specs
+
+
+FAMILY_GOLDEN = {  # (family, option set): (signature hashes of seeds 0-2, digest of their specs), printed by the
+    # generator at commit 0fae2c6, before issue 54 added the routed MoE, norm/RoPE and attention families
+    ("experts", "real"): (["3fb8a54418250bb7", "8ef6098ec878a0a7", "dcd52ff7d0ae6132"], "3ae95e5e8b13ff27"),
+    ("experts", "small"): (["e7015188a32cc8b4", "b8bfc1b7af7dbb95", "52abf1a5bac64961"], "3f29d5e34b7dc04f"),
+    ("decode", "real"): (["5dd3e97c96013e5f", "511496ad032c67d9", "25adebdd916648f3"], "eed86ad48741107b"),
+    ("decode", "small"): (["5ff80854c262c816", "30a9daca0c5dba29", "3792379f03734a43"], "da7ad6bd76ca0149"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(FAMILY_GOLDEN))
+def test_the_older_families_seeds_give_the_pinned_graphs(key: tuple[str, str]) -> None:
+    family, scale = key
+    graphs = [random_graph(seed, family=family, **OPTIONS[scale]) for seed in range(3)]  # type: ignore[arg-type]
+    hashes, specs = FAMILY_GOLDEN[key]
+    assert [g.signature_hash() for g in graphs] == hashes
+    digest = hashlib.sha256(json.dumps([g.to_dict() for g in graphs], sort_keys=True).encode()).hexdigest()[:16]
+    assert digest == specs
