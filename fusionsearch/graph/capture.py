@@ -20,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from fusionsearch import settings
 from fusionsearch.errors import FusionSearchError, GraphError
+from fusionsearch.graph.grouped_mm import gather_before_transpose, grouped_mm_decompositions
 from fusionsearch.graph.matmul_folding import fold_broadcast_bmm, rows_first_bmm
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.ops_extern import encode_arg
@@ -246,7 +247,8 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphMo
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)
     try:
-        gm = make_fx(torch.func.functionalize(fn), tracing_mode="fake")(*[t.detach() for t in inputs])
+        gm = make_fx(torch.func.functionalize(fn), decomposition_table=grouped_mm_decompositions(),  # offsets
+                     tracing_mode="fake")(*[t.detach() for t in inputs])  # as rows by group (graph/grouped_mm.py)
     except FusionSearchError:
         raise
     except GuardOnDataDependentSymNode:
@@ -260,6 +262,7 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> fx.GraphMo
         fake_log.setLevel(level)
     fold_broadcast_bmm(gm)  # one weight broadcast over a batch of rows: one mm (graph/matmul_folding.py)
     rows_first_bmm(gm)  # matrices times one column: one row times the transposed matrices
+    gather_before_transpose(gm)  # a grouped matmul's expert weights gathered as stored, then transposed
     gm.graph.eliminate_dead_code()
     return gm
 

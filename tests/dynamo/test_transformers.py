@@ -25,8 +25,9 @@ def _config(family: str) -> Any:
     if family == "llama":
         return transformers.LlamaConfig(**sizes)
     cfg = transformers.MixtralConfig(**sizes, num_local_experts=4, num_experts_per_tok=2)
-    cfg._experts_implementation = "batched_mm"  # the experts' weights gathered by index, one static graph
-    return cfg
+    if family == "mixtral":
+        cfg._experts_implementation = "batched_mm"  # the experts' weights gathered by index, one static graph
+    return cfg  # mixtral-default: transformers' default experts, grouped_mm (sorted pairs, offsets)
 
 
 def _decode(model: Any, cfg: Any, step: Callable[..., torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -44,12 +45,14 @@ def _decode(model: Any, cfg: Any, step: Callable[..., torch.Tensor]) -> tuple[li
     return logits, [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
-@pytest.mark.parametrize("family", ["llama", "mixtral"])
+@pytest.mark.parametrize("family", ["llama", "mixtral", "mixtral-default"])
 def test_a_transformers_decoder_with_a_static_cache_compiles_fullgraph_and_matches_eager(tmp_path: Path,
                                                                                         family: str) -> None:
     cfg = _config(family)
     torch.manual_seed(0)
     model = getattr(transformers, "LlamaForCausalLM" if family == "llama" else "MixtralForCausalLM")(cfg).eval()
+    if family == "mixtral-default":  # what users get; under torch.compile in float32 it calls transformers'
+        assert model.config._experts_implementation == "grouped_mm"  # grouped_mm_fallback custom op
 
     def step(token: torch.Tensor, position: torch.Tensor, cache: Any) -> torch.Tensor:
         return model(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True).logits

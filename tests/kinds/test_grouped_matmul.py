@@ -314,39 +314,81 @@ def test_gpt_fasts_int8_linear_reaches_the_decode_kind_with_its_scale_as_epilogu
     assert rel_error(got, linear(x.double(), w, s.double())) <= 1e-6
 
 
+def _mixtral_moe_block(implementation: str | None, tokens: int) -> tuple[torch.nn.Module, torch.Tensor]:
+    """transformers' MixtralSparseMoeBlock of a tiny config (D 32, I 48, 4 experts, top 2) with the experts
+    implementation given (None: transformers' default), and an input of `tokens` tokens."""
+    import transformers
+
+    cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2)
+    if implementation is not None:
+        cfg._experts_implementation = implementation
+    torch.manual_seed(tokens)
+    block = transformers.MixtralForCausalLM(cfg).eval().model.layers[0].mlp
+    return block, torch.randn(1, tokens, 32, generator=torch.Generator().manual_seed(tokens))
+
+
+def _grouped_regions_match_float64(g: OpGraph, seed: int) -> list[str]:
+    """Each region of `g` holding expert bmms, as the backend searches it: the grouped kind's seed plan runs
+    every one of them grouped and matches the float64 reference; the expert bmms met, in order."""
+    from fusionsearch.dynamo.regions import partition
+    from fusionsearch.search.space import kind_seed_plans
+
+    done: list[str] = []
+    for region in partition(g):
+        mms = [mm for mm in region.graph.nodes_of_kind("template") if expert_routing(region.graph, mm)]
+        if not mms:
+            continue
+        space = enumerate_space(region.graph)
+        (plan_seed,) = [s for s in kind_seed_plans(space) if any(str(v).startswith("grouped") for v in s.values())]
+        plan = space.plan(plan_seed)
+        assert [k.matmul for k in plan.kernels if k.kind == "grouped"] == mms
+        assert_matches_float64(plan, region.graph, fs.random_inputs(region.graph, seed=seed))
+        done.extend(mms)
+    return done
+
+
 @pytest.mark.parametrize("tokens", [1, 3, 40])  # 80 pairs: past INLINE_PAIRS, a routing kernel first
 def test_transformers_batched_mixtral_experts_reach_the_grouped_kind_and_match_eager(tokens: int) -> None:
     """transformers' MixtralSparseMoeBlock with batched_mm experts (the pairs flattened, each pair's expert weight
     gathered by a 1-D index, the weight first times the token's column): capture turns each expert product into
     a row times the transposed weight, the grouped kind takes both, and the plan that runs them grouped matches
     the float64 reference, region by region as the backend searches them."""
-    import transformers
-
-    from fusionsearch.search.space import kind_seed_plans
-
-    cfg = transformers.MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                                     num_experts_per_tok=2)
-    cfg._experts_implementation = "batched_mm"
-    torch.manual_seed(tokens)
-    block = transformers.MixtralForCausalLM(cfg).eval().model.layers[0].mlp
-    x = torch.randn(1, tokens, 32, generator=torch.Generator().manual_seed(tokens))
+    block, x = _mixtral_moe_block("batched_mm", tokens)
     g = fs.capture(block, x)
     routed = {mm: r for mm in g.nodes_of_kind("template") if (r := expert_routing(g, mm)) is not None}
     assert sorted((r.cols, r.tokens, r.top, r.pairs_per_batch) for r in routed.values()) == [
         (32, 2 * tokens, 1, 1), (96, 2 * tokens, 1, 1)]
-    done: list[str] = []
-    from fusionsearch.dynamo.regions import partition
+    assert len(_grouped_regions_match_float64(g, tokens)) == 2
 
-    for region in partition(g):  # as the backend searches it: region by region
-        mms = [mm for mm in region.graph.nodes_of_kind("template") if expert_routing(region.graph, mm)]
-        if not mms:
-            continue
-        space = enumerate_space(region.graph)
-        (seed,) = [s for s in kind_seed_plans(space) if any(str(v).startswith("grouped") for v in s.values())]
-        plan = space.plan(seed)
-        assert [k.matmul for k in plan.kernels if k.kind == "grouped"] == mms
-        inputs = fs.random_inputs(region.graph, seed=tokens)
-        assert_matches_float64(plan, region.graph, inputs)
-        done.extend(mms)
-    assert len(done) == 2
+
+@pytest.mark.parametrize("tokens", [1, 16])
+def test_transformers_default_mixtral_experts_reach_the_grouped_kind_and_match_eager(tokens: int) -> None:
+    """transformers' default experts (`grouped_mm`: the pairs sorted by expert, histc and cumsum make the offsets,
+    `torch._grouped_mm(x, w.transpose(-2, -1), offs=...)`), float32, whose trace aten's bf16-only fake kernel
+    refused: each grouped matmul is captured as each row times its group's expert weight (graph/grouped_mm.py),
+    the grouped kind takes both, and the whole block's plan, both expert matmuls grouped, matches eager and the
+    float64 reference; so does each region as the backend searches it."""
+    from fusionsearch.graph.capture import module_state
+    from fusionsearch.search.space import kind_seed_plans
+
+    block, x = _mixtral_moe_block(None, tokens)
+    assert block.experts.config._experts_implementation == "grouped_mm"  # what users get
+    g = fs.capture(block, x)
+    assert not [n for n in g.nodes_of_kind("extern") if "grouped_mm" in g.node(n).attrs["target"]]
+    routed = {mm: r for mm in g.nodes_of_kind("template") if (r := expert_routing(g, mm)) is not None}
+    assert sorted((r.cols, r.tokens, r.top, r.pairs_per_batch, r.experts) for r in routed.values()) == [
+        (32, 2 * tokens, 1, 1, 4), (96, 2 * tokens, 1, 1, 4)]
+    space = enumerate_space(g)
+    (seed,) = [s for s in kind_seed_plans(space) if any(str(v).startswith("grouped") for v in s.values())]
+    plan = space.plan(seed)
+    assert sorted(k.matmul for k in plan.kernels if k.kind == "grouped") == sorted(routed)
+    inputs = [x, *module_state(block)]
+    with torch.no_grad():
+        want = block(x)
+    got = fs.compile_plan(plan)(*inputs)
+    got = got[0] if isinstance(got, list | tuple) else got
+    assert rel_error(got, want) <= 1e-5
+    assert_matches_float64(plan, g, inputs)
+    assert len(_grouped_regions_match_float64(g, tokens)) == 2
