@@ -392,3 +392,12 @@ def test_transformers_default_mixtral_experts_reach_the_grouped_kind_and_match_e
     assert rel_error(got, want) <= 1e-5
     assert_matches_float64(plan, g, inputs)
     assert len(_grouped_regions_match_float64(g, tokens)) == 2
+
+
+def test_transformers_eager_loop_experts_are_refused_in_one_line() -> None:
+    """transformers' eager experts loop in Python over the experts the router hit (`nonzero`, then `torch.where`
+    and `index_add_` per expert): a data-dependent program, refused at capture with the reason, not traced."""
+    block, x = _mixtral_moe_block("eager", 3)
+    with pytest.raises(GraphError, match=r"decides in Python on a tensor's values") as e:
+        fs.capture(block, x)
+    assert "\n" not in str(e.value)
