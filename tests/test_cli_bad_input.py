@@ -107,6 +107,7 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("costmodel collect --out {t}/c.gz --graphs 0", ("--graphs", "at least 1")),
     ("costmodel collect --out {t}/c.gz --plans-per-graph -1", ("--plans-per-graph",)),
     ("costmodel collect --out {t}/c.gz --seed -1", ("--seed",)),
+    ("costmodel collect --out {t}/c.gz --family moe,bogus", ("--family", "'moe,bogus'", "norm_rope")),
     ("costmodel collect", ("--out", "required")),
     ("costmodel compile {t}/missing.gz --out {t}/new.gz", ("missing.gz", "no such dataset")),
     ("costmodel compile {t}/adir --out {t}/new.gz", ("adir", "directory")),

@@ -21,8 +21,11 @@ from collections.abc import Sequence
 
 import torch
 
+from fusionsearch.datasets.graphgen.attention import attention, attention_sizes
 from fusionsearch.datasets.graphgen.builder import GraphBuilder
 from fusionsearch.datasets.graphgen.families import build_graph
+from fusionsearch.datasets.graphgen.moe import MOE_FORMS, moe_sizes, routed_moe
+from fusionsearch.datasets.graphgen.rope import ROPE_FORMS, norm_qkv_rope, rope_sizes
 from fusionsearch.datasets.graphgen.shapes import (
     REAL_BMM_K,
     REAL_BMM_M,
@@ -43,15 +46,27 @@ from fusionsearch.graph.tolerance import TOLERANCE, rel_error
 __all__ = [
     "COLLAPSE", "DEFAULT_DTYPES", "FAMILIES", "INPUT_BYTES_LIMIT", "MAX_MATMULS", "PEAK_LIMIT", "REAL_BMM_K",
     "REAL_BMM_M", "REAL_BMM_N", "REAL_KN", "REAL_M", "REAL_TABLE_ROWS", "SATURATING_RMS", "SMALL_MAX", "graph_id",
-    "random_graph", "random_graphs",
+    "families_of", "random_graph", "random_graphs",
 ]
 
 INPUT_BYTES_LIMIT = 1 << 30  # bytes of all inputs together, so that a GPU measures a graph quickly
 GATHERED_BYTES_LIMIT = 8 << 30  # an experts graph's gathered weights a matmul, as a plan that builds them writes
 MAX_MATMULS = 3
-FAMILIES = ("mixed", "experts", "decode")
+FAMILIES = ("mixed", "experts", "decode", "moe", "norm_rope", "attention")
 DECODE_WORKLOADS = ("w8_dequant_mm", "w8_linear", "w4_dequant_mm", "mm_bias_gelu", "gather_mm")
 DEFAULT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def families_of(spec: object) -> tuple[str, ...]:
+    """The families a collection draws, from "moe", "moe,attention" or "all" (every family); a GraphError names
+    what to fix."""
+    names = list(FAMILIES) if spec == "all" else str(spec).split(",") if isinstance(spec, str) else []
+    names = [n.strip() for n in names]
+    bad = [n for n in names if n not in FAMILIES]
+    if not names or bad:
+        raise GraphError(f"family must be 'all' or a comma-separated list of {', '.join(FAMILIES)}; "
+                         f"got {spec!r}")
+    return tuple(dict.fromkeys(names))
 
 
 def graph_id(g: OpGraph) -> str:
@@ -70,7 +85,10 @@ def random_graph(seed: int, *, max_matmuls: int = MAX_MATMULS, dtypes: Sequence[
 
     shape_scale "real": M, K, N from real model families, inputs under 1 GiB; "small": every dim in 1..80
     (1 and non-multiples of 16 included) for Triton's interpreter. family "mixed": the dense and batched
-    families; "experts": a Mixtral-like mixture-of-experts FFN (the grouped matmul kind's graphs)."""
+    families; "experts": a Mixtral-like mixture-of-experts FFN (the grouped matmul kind's graphs); "decode":
+    1-16-row quantised matmuls; "moe": a routed MoE block (softmax/top-k router, gathered experts) in gpt-fast's
+    or transformers' form; "norm_rope": RMSNorm -> q/k/v projections -> RoPE; "attention": q @ k^T * scale
+    (+ mask) -> softmax -> @ v. Each family draws from its own stream, so adding one changed no other's seeds."""
     if shape_scale not in ("real", "small"):
         raise GraphError(f"shape_scale must be 'real' or 'small', got {shape_scale!r}")
     if family not in FAMILIES:
@@ -85,6 +103,8 @@ def random_graph(seed: int, *, max_matmuls: int = MAX_MATMULS, dtypes: Sequence[
         return _experts_graph(rng, dts, shape_scale == "small")
     if family == "decode":
         return _decode_graph(rng, dts, shape_scale == "small")
+    if family in ("moe", "norm_rope", "attention"):
+        return _model_block(family, rng, dts, shape_scale == "small")
     while True:  # redraw (from the same stream, so still deterministic) until the graph is fit for its use
         g = build_graph(GraphBuilder(rng, dts, shape_scale == "small"), min(max_matmuls, MAX_MATMULS))
         if shape_scale == "small" and _well_conditioned(g):
@@ -140,6 +160,32 @@ def _decode_graph(rng: random.Random, dts: tuple[torch.dtype, ...], small: bool)
             continue
         if sum(g.node(n).nbytes for n in g.inputs) <= INPUT_BYTES_LIMIT:
             return g.validate()
+
+
+def _model_block(family: str, rng: random.Random, dts: tuple[torch.dtype, ...], small: bool) -> OpGraph:
+    """A block in the form real model code has (graphgen.moe, graphgen.rope, graphgen.attention), its form,
+    dtype and sizes drawn until the graph fits its use: real inputs under INPUT_BYTES_LIMIT (and an MoE's gathered
+    weights under GATHERED_BYTES_LIMIT a matmul, never float16 at real widths: the experts family's overflow);
+    small graphs well conditioned for the interpreter."""
+    usable = dts if small or family != "moe" else tuple(d for d in dts if d != torch.float16)
+    if not usable:
+        raise GraphError("the moe family's real widths overflow float16; give bfloat16 or float32 among dtypes")
+    while True:
+        dt = rng.choice(usable)
+        if family == "moe":
+            form, sizes = rng.choice(MOE_FORMS), moe_sizes(rng, small)
+            g = routed_moe(form, dt, sizes)
+            per_pair = (2 if form == "grouped" else 1) * sizes["H"] * sizes["D"] * dt.itemsize
+            if not small and sizes["T"] * sizes["A"] * per_pair > GATHERED_BYTES_LIMIT:
+                continue
+        elif family == "norm_rope":
+            g = norm_qkv_rope(rng.choice(ROPE_FORMS), dt, **rope_sizes(rng, small))
+        else:
+            g = attention(dt, **attention_sizes(rng, small))
+        if small and not _well_conditioned(g):
+            continue
+        if sum(g.node(n).nbytes for n in g.inputs) <= INPUT_BYTES_LIMIT:
+            return g
 
 
 def _well_conditioned(g: OpGraph, margin: float = 0.8) -> bool:

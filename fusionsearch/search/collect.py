@@ -54,7 +54,9 @@ class CollectOptions:
     progress: bool = True
     device: str = "cuda"  # "cpu" runs the pipeline in Triton's interpreter with wall-clock times: for tests only
     shape_scale: str = "real"
-    family: str = "mixed"  # the random graphs' family (datasets.random_graphs): "experts" for mixture-of-experts
+    # the random graphs' family (datasets.random_graphs): "experts" for mixture-of-experts; several, comma-separated
+    # ("moe,attention") or "all": graph i is of the (i mod n)-th; each row records its graph's (key "family")
+    family: str = "mixed"
     dtypes: tuple[str, ...] | None = None  # None: the generator's bf16/fp16/fp32 mix
     plan_timeout_s: float = 300.0  # a plan not validated and timed within this is recorded timed_out
     judge: str = "fusionsearch.search.collect:judge_for_dataset"  # what the measurement worker runs per plan
@@ -100,10 +102,11 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     from fusionsearch.codegen.resources import many_plan_resources, resources_pool
     from fusionsearch.costmodel.features import FEATURE_SCHEMA_VERSION, kernel_features
     from fusionsearch.costmodel.hardware import Hardware
-    from fusionsearch.datasets.random_graphs import random_graph
+    from fusionsearch.datasets.random_graphs import families_of, random_graph
     from fusionsearch.graph.registry import dtype_from_name
     from fusionsearch.measure.isolate import CompilePool, MeasureWorker
 
+    families = families_of(options.family)  # a bad family is refused before anything starts
     hw = Hardware.detect()
     sig = hardware_signature()
     # A plan with an fp32 matmul measured with another fp32 dot than today's code generator's is measured again
@@ -122,7 +125,8 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
     try:
         for gi in range(options.graphs):
             extra = {"dtypes": tuple(dtype_from_name(d) for d in options.dtypes)} if options.dtypes else {}
-            g = random_graph(options.seed + gi, shape_scale=options.shape_scale, family=options.family, **extra)
+            family = families[gi % len(families)]
+            g = random_graph(options.seed + gi, shape_scale=options.shape_scale, family=family, **extra)
             gid = g.signature_hash()
             rng = random.Random(f"{options.seed}-{gi}")
             plans = [p for p in sample_plans(g, options.plans_per_graph, rng, hw) if (gid, plan_id(p)) not in done]
@@ -143,8 +147,8 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
             rows = []
             for plan, failure, res in zip(plans, failures, found, strict=True):
                 resources = res if res is not None else [None] * len(plan.kernels)
-                rows += _measure_plan(g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION,
-                                      kernel_features, resources)
+                rows += [{**r, "family": family} for r in _measure_plan(
+                    g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION, kernel_features, resources)]
             append_rows(out_path, rows)
             for r in rows:
                 counts[r["status"]] = counts.get(r["status"], 0) + 1

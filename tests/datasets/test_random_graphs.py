@@ -219,7 +219,7 @@ def test_the_experts_family_gives_mixture_of_experts_graphs_the_grouped_kind_acc
         real = random_graph(seed, family="experts")
         assert sum(real.node(n).nbytes for n in real.inputs) <= 1 << 30
     with pytest.raises(GraphError, match="family must be one of mixed, experts"):
-        random_graph(0, family="moe")
+        random_graph(0, family="nonsense")
 
 
 def test_the_experts_family_draws_decode_and_prefill_token_counts_within_the_gathered_bound() -> None:

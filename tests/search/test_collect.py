@@ -217,3 +217,20 @@ def test_sampled_plans_of_an_experts_graph_include_every_other_matmul_kind() -> 
     plans = sample_plans(g, 6, random.Random(0), Hardware.detect())
     matmul_kinds = [{k.kind for k in p.kernels if k.kind != "pointwise"} for p in plans[:5]]
     assert {"decode"} in matmul_kinds and {"grouped"} in matmul_kinds, matmul_kinds  # every matmul on that kind
+
+
+def test_each_row_records_its_graphs_family_and_families_take_turns(tmp_path: Path) -> None:
+    """`family` as a comma-separated list: graph i is of the (i mod n)-th family, every row says which (training
+    reports per family); a bad family is refused before anything is measured."""
+    from fusionsearch.datasets.random_graphs import random_graph
+
+    path = str(tmp_path / "f.jsonl.gz")
+    collect(path, CollectOptions(graphs=2, seed=4, **{**OPTS, "plans_per_graph": 2}, family="attention,mixed"))
+    rows = read_rows(path)
+    want = {random_graph(4, family="attention", shape_scale="small", dtypes=("float32",)).signature_hash():
+            "attention",
+            random_graph(5, family="mixed", shape_scale="small", dtypes=("float32",)).signature_hash(): "mixed"}
+    assert {r["graph_id"]: r["family"] for r in rows} == want and all(r["status"] == "ok" for r in rows)
+    with pytest.raises(FusionSearchError, match="comma-separated list of mixed"):
+        collect(str(tmp_path / "g.jsonl.gz"), CollectOptions(graphs=1, **OPTS, family="mixed,moe2"))
+    assert not (tmp_path / "g.jsonl.gz").exists()

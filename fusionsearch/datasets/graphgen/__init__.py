@@ -6,4 +6,5 @@ builder: GraphBuilder, which adds inputs and ops to one graph with their values,
 chains: pointwise chains, drawn one move at a time where the value is in the move's domain.
 matmuls: a matmul with its operands (activation prologues, weights, bias) and its epilogue.
 families: the graph families (dense: single, chain, heads, gated, lora; batched chains) and the graph's outputs.
+moe, rope, attention: blocks in the forms model code has (routed MoE; RMSNorm -> q/k/v -> RoPE; score chains).
 """
