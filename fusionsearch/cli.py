@@ -414,11 +414,19 @@ def _cmd_costmodel_compile(args: argparse.Namespace) -> int:
 
 
 def _family_argument(p: argparse.ArgumentParser) -> None:
-    from fusionsearch.datasets.random_graphs import FAMILIES
+    from fusionsearch.datasets.random_graphs import FAMILIES, families_of
+    from fusionsearch.errors import GraphError
 
-    p.add_argument("--family", choices=FAMILIES, default="mixed",
-                   help="random graph family: dense and batched matmuls (default), mixture-of-experts FFNs, or "
-                   "1-16-row matmuls on int8/int4/16-bit weights")
+    def parse(text: str) -> str:
+        try:
+            return ",".join(families_of(text))
+        except GraphError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    p.add_argument("--family", type=parse, default="mixed",
+                   help="random graph family: dense and batched matmuls (default), mixture-of-experts FFNs, "
+                   "1-16-row matmuls on int8/int4/16-bit weights, routed MoE blocks, RMSNorm/RoPE projections, "
+                   f"attention score chains ({', '.join(FAMILIES)}); several comma-separated, or 'all', take turns")
 
 
 def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
