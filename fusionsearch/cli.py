@@ -220,7 +220,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
                          bytes_rule=None if args.no_bytes_rule else args.bytes_rule, progress=not args.quiet,
                          cost_model=args.cost_model, refit_every=args.refit_every,
                          compile_ranked=args.compile_ranked, finalists=args.finalists,
-                         library=not args.no_library, trial_timeout_s=args.trial_timeout, graph_name=graph_name)
+                         library=not args.no_library, trial_timeout_s=args.trial_timeout, graph_name=graph_name,
+                         **({} if args.measure is None else {"measure": args.measure}))  # None: SearchOptions
     backend = resolve_backend(opts.backend)
     what = args.target or DEFAULT_WORKLOAD
     how = {"gpu": "measured on the GPU", "model": "ranked by the cost model alone",
@@ -440,10 +441,11 @@ def _fp32_dot_argument(p: argparse.ArgumentParser) -> None:
 def _cmd_costmodel_train(args: argparse.Namespace) -> int:
     from fusionsearch.costmodel.train import format_figures, train
 
-    _check_dataset(args.data)
+    for path in args.data:
+        _check_dataset(path)
     _check_out_file(args.out)
     hyper = {"learning_rate": args.learning_rate, "max_iter": args.max_iter, "n_bags": args.bags,
-             "width_split": not args.no_width_split}
+             "width_split": not args.no_width_split, "target": args.target}
     result = train(args.data, args.out, folds=args.folds, first_graphs=args.graphs, fp32_dot=args.fp32_dot, **hyper)
     cv = result["cv"]
     print(f"cross-validation, {cv['folds']} folds holding out whole graphs (plan rankings within each graph):")
@@ -643,6 +645,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-every", type=_whole(0, what="a number of measured plans"), default=4,
                    help="on the GPU, correct the learned model on this search's measured kernels every N measured "
                         "plans (default 4; 0 never)")
+    p.add_argument("--measure", type=_whole(0, what="a number of plans"), default=None,
+                   help="on the GPU with a learned model ranking the plans, run at most N trials, each measuring "
+                        "one plan; the model ranks the rest (default: SearchOptions.measure, 8; 0: --trials)")
     p.add_argument("--compile-ranked", type=_whole(0, what="a number of plans"), default=0,
                    help="with a learned model, compile the N plans predicted fastest for the GPU (on the CPU) and "
                         "rank them again with their registers, spills and shared memory (default 0: the blind "
@@ -713,7 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="new dataset file to write")
     p.set_defaults(func=_cmd_costmodel_compile)
     p = cm_sub.add_parser("train", help="train a model on a measurements dataset; prints held-out figures")
-    p.add_argument("data", help="measurements dataset (written by `costmodel collect`)")
+    p.add_argument("data", nargs="+", help="measurements datasets (written by `costmodel collect`; several, one "
+                                           "per GPU, are pooled into one model)")
     p.add_argument("--out", required=True, help="model file to write (.npz; a name ending .skops: a legacy skops file)")
     p.add_argument("--folds", type=_whole(2), default=5,
                    help="cross-validation folds, whole graphs held out (default 5)")
@@ -722,7 +728,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-iter", type=_whole(1), default=300, help="boosting iterations (default 300)")
     p.add_argument("--bags", type=_whole(1), default=5, help="models averaged, each on 80%% of the graphs (default 5)")
     p.add_argument("--graphs", type=_whole(1), default=None,
-                   help="train on the first N graphs of the dataset only, in collection order (default: all)")
+                   help="train on the first N graphs of each dataset only, in collection order (default: all)")
+    p.add_argument("--target", choices=("kernel", "graph", "balanced"), default="kernel",
+                   help="what the trees fit: each kernel's log ratio to the roofline (kernel, default), that less "
+                        "its graph's mean (graph), or the kernel ratio with every graph weighing the same (balanced)")
     p.add_argument("--no-width-split", action="store_true",
                    help="one set of models for every kernel (default: graphs with 16-bit matmul operands get "
                         "their own, which price all but fp32 matmul templates)")

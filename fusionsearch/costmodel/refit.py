@@ -4,8 +4,10 @@ The shipped model has never seen the graph being searched. After a few of its pl
 kernel, a small correction fitted on those kernels (the log ratio of measured to predicted time) says where
 this graph departs from what the model learned: a prologue that costs more here, tile shapes that suit this
 problem. The corrected model ranks the graph's remaining plans; it is fitted in a fraction of a second, so
-the search refits every few measured plans. The search calls `add` after each measured plan and swaps in
-`refit()`'s model when `add` says a refit is due."""
+the search refits every few measured plans, the first time early (FIRST_REFIT): a search measures few plans
+(search.options.MEASURE), and a correction made after most of them were drawn would rank nothing. The search
+calls `add` after each measured plan and swaps in `refit()`'s model when `add` says a refit is due; it draws
+no more plans at a time than `until_due()`, so the plans after a correction are drawn by the corrected model."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from fusionsearch.plan import Plan
 if TYPE_CHECKING:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-__all__ = ["CorrectedModel", "StudyRefit", "correct"]
+__all__ = ["FIRST_REFIT", "CorrectedModel", "StudyRefit", "correct"]
+
+FIRST_REFIT = 2  # measured plans before a search's first correction (then every `every`)
 
 
 class StudyRefit:
@@ -32,10 +36,12 @@ class StudyRefit:
     >>> # refit = StudyRefit(model, hw); due = refit.add(plan, [12.5, 40.1]); model = refit.refit() if due else model
     """
 
-    def __init__(self, model: Any, hw: Hardware, every: int = 8) -> None:
-        if every < 1:
-            raise CostModelError(f"refit every {every} measured plans: give a positive number")
+    def __init__(self, model: Any, hw: Hardware, every: int = 8, first: int | None = None) -> None:
+        if every < 1 or (first is not None and first < 1):
+            raise CostModelError(f"refit every {every} measured plans (the first after {first}): give positive "
+                                 "numbers")
         self.base, self.hw, self.every = model, hw, every
+        self.first = every if first is None else first  # plans before the first refit
         self._X: list[np.ndarray] = []
         self._y: list[float] = []
         self._since = 0
@@ -56,7 +62,11 @@ class StudyRefit:
                 self._X.append(row)
                 self._y.append(float(t))
         self._since += 1
-        return self._since >= self.every
+        return self.until_due() == 0
+
+    def until_due(self) -> int:
+        """Measured plans still to add before the next refit is due (0: due now)."""
+        return max(0, (self.every if self.refits else self.first) - self._since)
 
     def refit(self) -> Any:
         """The base model corrected on every kernel measured so far (the base model is left untouched: a

@@ -48,6 +48,7 @@ from fusionsearch.errors import FusionSearchError, SpecError, check_names, failu
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
+from fusionsearch.search.options import MEASURE
 
 __all__ = ["BackendOptions", "BackendStats", "backend", "backend_options", "fusionsearch_backend", "tune_model"]
 
@@ -68,9 +69,11 @@ class BackendOptions:
     `step_race`: time the whole step as built against Inductor's compilation of the whole graph in the
     `inductor` mode and keep the faster (on a GPU; dynamo/step_race.py); `inductor_regions`: every matmul
     region runs Inductor's code, nothing is searched (the control: the step then shows what joining regions
-    costs against Inductor's own step)."""
+    costs against Inductor's own step); `measure`: where a learned model ranks a region's plans on the GPU, at
+    most this many of its trials are run, each measuring one plan (SearchOptions.measure, the same default)."""
 
     trials: int = 32
+    measure: int = MEASURE
     search_backend: str = "auto"
     cache: str | None = None
     storage: str | None = None
@@ -89,6 +92,8 @@ class BackendOptions:
             raise SpecError(f"fallback {self.fallback!r}: use {' or '.join(FALLBACKS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
+        if isinstance(self.measure, bool) or not isinstance(self.measure, int) or self.measure < 0:
+            raise SpecError(f"measure must be a whole number of plans (0: as many as trials), got {self.measure!r}")
         if self.inductor not in INDUCTOR_MODES:
             raise SpecError(f"inductor {self.inductor!r}: use {' or '.join(INDUCTOR_MODES)}")
         for name in ("race", "cudagraphs", "progress", "step_race", "inductor_regions"):
@@ -98,7 +103,7 @@ class BackendOptions:
     def search_settings(self) -> dict[str, Any]:
         """What a cached plan depends on besides the graph and device."""
         return {"trials": self.trials, "search_backend": self.search_backend, "cost_model": self.cost_model,
-                "seed": self.seed}
+                "seed": self.seed, "measure": self.measure}
 
 
 @dataclass
@@ -363,7 +368,8 @@ class _Compiler:
             best_us = record.get("best_us")
             self.stats.cached += 1
         else:
-            res = run_study(g, SearchOptions(trials=self.options.trials, backend=self.options.search_backend,
+            res = run_study(g, SearchOptions(trials=self.options.trials, measure=self.options.measure,
+                                             backend=self.options.search_backend,
                                              storage=self.options.storage, seed=self.options.seed,
                                              cost_model=self.options.cost_model), inputs)
             plan, best_us, record = res.best, res.best_us, {}

@@ -4,7 +4,8 @@ ended, until no slot is left. Any number of processes on one storage run exactly
 Hand-written rather than Optuna's `study.optimize`, because optimize cannot keep these guarantees:
 - exactly N trials across workers: optimize's `ask()` creates a new trial whenever none is waiting, so workers
   racing for the last slots would run more than N; here a trial only ever comes from a claimed slot;
-- claims in batches: with a compile pool the plans of several trials compile in parallel before each is timed;
+- claims in batches: with a compile pool the plans of several trials compile in parallel before each is timed
+  (a batch never spans the learned model's next correction: the trials after it follow the corrected model);
 - journal files: Optuna has no heartbeat for them; `Slots.recover` finds the trials of dead workers on this host.
 What Optuna does do here: the RDB heartbeat's staleness check and retry callback (`fail_stale_trials`, the
 storage's `heartbeat_interval`/`grace_period`/`heartbeat_stale_trial_callback`, search/storage.py), `study.tell`.
@@ -81,7 +82,8 @@ def run_trials(slots: Slots, objective: Objective, deadline: float | None, bar: 
         slots.recover()
         if low:
             slots.top_up()
-        batch, beats, low = _claim(slots, pool.workers if pool is not None else 1, heartbeat)
+        wide = objective.batch_limit(pool.workers if pool is not None else 1)  # never across a refit
+        batch, beats, low = _claim(slots, wide, heartbeat)
         if batch:
             waiting_since = None
             if bar:

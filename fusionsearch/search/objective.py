@@ -51,12 +51,14 @@ def trained_profile(path: str) -> Any:
 
 
 def _study_refit(model: Any, options: SearchOptions, backend: str, hw: Any) -> Any:
-    """The refitter of the learned model when this search measures on the GPU; None otherwise."""
+    """The refitter of the learned model when this search measures on the GPU; None otherwise. Its first
+    correction comes after FIRST_REFIT measured plans (sooner when refit_every is smaller), then every
+    refit_every."""
     if model is None or backend != "gpu" or options.refit_every == 0:
         return None
-    from fusionsearch.costmodel.refit import StudyRefit
+    from fusionsearch.costmodel.refit import FIRST_REFIT, StudyRefit
 
-    return StudyRefit(model, hw, options.refit_every)
+    return StudyRefit(model, hw, options.refit_every, first=min(FIRST_REFIT, options.refit_every))
 
 
 class Objective:
@@ -131,6 +133,11 @@ class Objective:
             self.best_value = value
         self.best_measured_prediction = min(self.best_measured_prediction, predicted)
         return TrialOutcome.ok(value, self.backend)
+
+    def batch_limit(self, wanted: int) -> int:
+        """How many trials to draw before any of them is measured, of `wanted`: no more than the measured plans
+        until the next refit, so that the plans after a correction are drawn by the corrected model."""
+        return wanted if self.refit is None else max(1, min(wanted, self.refit.until_due()))
 
     @property
     def model_version(self) -> int:

@@ -12,6 +12,9 @@ from fusionsearch.errors import FusionSearchError, SpecError
 BACKENDS = ("auto", "gpu", "interpret", "model")
 SAMPLERS = ("auto", "ranked", "tpe", "brute", "random")
 MODEL_FILES = (".npz", ".skops")  # learned cost model files (costmodel.learned.load reads both)
+# Where a learned model ranks the plans a search measures (the ranked sampler on the GPU), the most plans it
+# measures: the model ranks the rest (issue 54: measure few). The one default of the API, the CLI and the backend.
+MEASURE = 8
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,9 @@ class SearchOptions:
     heartbeat_s: int = 10  # RDB storages: a worker silent for 3 heartbeats has its trial failed and retried
     cost_model: str = "auto"  # auto: the shipped learned model when it matches this GPU, else analytic
     refit_every: int = 4  # gpu backend with a learned model: correct it on this search's kernels every N plans
+    #                       (the first correction after costmodel.refit.FIRST_REFIT plans)
+    # gpu backend, ranked by a learned model: at most this many trials, each measuring one plan (0: `trials`)
+    measure: int = MEASURE
     isolate: bool = True  # gpu backend: measure in a worker process, so a faulting kernel fails only its trial
     trial_timeout_s: float = 300.0  # gpu backend, isolated: a plan not judged within this fails its trial
     workers: int | str = 1  # worker processes on the study: 'auto' = one per visible GPU (search/workers.py)
@@ -68,6 +74,8 @@ class SearchOptions:
         if isinstance(self.refit_every, bool) or not isinstance(self.refit_every, int) or self.refit_every < 0:
             raise SpecError(f"refit_every must be a whole number of measured plans (0: never), "
                             f"got {self.refit_every!r}")
+        if not _whole(self.measure) or self.measure < 0:
+            raise SpecError(f"measure must be a whole number of plans (0: as many as trials), got {self.measure!r}")
         if self.sampler not in SAMPLERS:
             raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:

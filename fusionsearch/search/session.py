@@ -109,9 +109,23 @@ def open_session(graph: OpGraph, options: SearchOptions, setup: Setup, url: str 
     first = kind_seed_plans(setup.space) if sampler == "ranked" else seed_plans(setup.space)
     identity = study_identity(graph, options.graph_name, setup.space, setup.backend, priced_by(objective.model),
                               setup.hw)
-    _, slots = open_study(name, storage, make_sampler(sampler, options.seed, objective), setup.trials, first,
+    trials = trial_count(setup, options, sampler, objective.model)
+    if trials < setup.trials:
+        log.info("%d trials of %d asked: a learned model ranks the plans, %d are measured (measure)", trials,
+                 setup.trials, trials)
+    _, slots = open_study(name, storage, make_sampler(sampler, options.seed, objective), trials, first,
                           identity, shown_url, url)
     return Session(graph, options, setup, slots, objective, sampler)
+
+
+def trial_count(setup: Setup, options: SearchOptions, sampler: str, model: Any) -> int:
+    """The study's trials: at most options.measure (when not 0) where a learned model ranks the plans that are
+    measured (the ranked sampler on the gpu backend), since each trial measures one plan and the model ranks
+    the rest; else as many as asked. Elsewhere a trial measures nothing (interpret, model) or is drawn by a
+    sampler that learns only from trials (TPE), and the bound does not apply."""
+    if options.measure and sampler == "ranked" and model is not None and setup.backend == "gpu":
+        return min(setup.trials, options.measure)
+    return setup.trials
 
 
 def run_here(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None = None, hw: Any = None,

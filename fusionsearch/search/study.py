@@ -55,7 +55,7 @@ def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Ten
         session = open_session(graph, options, found, url, "" if own_storage else redact(url))
         start = time.time()
         shared = dataclasses.replace(options, storage=url, study_name=session.slots.study.study_name,
-                                     backend=found.backend, trials=found.trials)
+                                     backend=found.backend, trials=session.slots.total)
         for e in run_workers(graph.to_dict(), shared, inputs, count, found.backend, options.progress):
             if e.code != 0:
                 log.warning("search worker %s exited with code %d: %s", e.tag, e.code, e.stderr_tail)
