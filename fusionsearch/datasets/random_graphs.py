@@ -88,7 +88,8 @@ def random_graph(seed: int, *, max_matmuls: int = MAX_MATMULS, dtypes: Sequence[
     families; "experts": a Mixtral-like mixture-of-experts FFN (the grouped matmul kind's graphs); "decode":
     1-16-row quantised matmuls; "moe": a routed MoE block (softmax/top-k router, gathered experts) in gpt-fast's
     or transformers' form; "norm_rope": RMSNorm -> q/k/v projections -> RoPE; "attention": q @ k^T * scale
-    (+ mask) -> softmax -> @ v. Each family draws from its own stream, so adding one changed no other's seeds."""
+    (+ mask) -> softmax -> @ v. A family draws only its own graphs from the seed: the older families' seeds give
+    the graphs they gave before these were added (tests/datasets/test_random_graph_golden.py)."""
     if shape_scale not in ("real", "small"):
         raise GraphError(f"shape_scale must be 'real' or 'small', got {shape_scale!r}")
     if family not in FAMILIES:
