@@ -312,7 +312,8 @@ def test_explain_on_a_cpu_says_why_no_region_was_raced(tmp_path: Path) -> None:
 def test_an_unknown_backend_option_is_refused_by_name(call: str) -> None:
     from fusionsearch.dynamo.backend import tune_model
 
-    with pytest.raises(SpecError, match=r"option 'trails' \(did you mean 'trials'\?\); valid: trials, search_backend"):
+    with pytest.raises(SpecError,
+                       match=r"option 'trails' \(did you mean 'trials'\?\); valid: trials, measure, search_backend"):
         if call == "backend":
             fs.backend(trails=3)
         else:
