@@ -115,7 +115,6 @@ def inductor_whole(program: CapturedProgram, steps: Sequence[RegionStep], values
             known.update(zip(step.outputs, outs, strict=True))
         return write_back(program, args, [known[o] for o in g.outputs])
 
-    with torch._guards.tracing(None):  # fresh fake tensors, not those of Dynamo's compile in progress
+    with torch._guards.tracing(None), config.patch(inductor_options(mode)):  # outside Dynamo's: see race.py
         traced = make_fx(whole)(*values)
-    with config.patch(inductor_options(mode)):
         return compile_fx(traced, values)

@@ -83,9 +83,12 @@ def inductor_region(g: OpGraph, inputs: Sequence[torch.Tensor], mode: str) -> Ca
     def ops(*tensors: torch.Tensor) -> list[torch.Tensor]:
         return list(reference(g, tensors))
 
-    with torch._guards.tracing(None):  # fresh fake tensors, not those of a Dynamo compile in progress
+    # Traced and compiled outside Dynamo's compile in progress: compile_fx takes the active tracing context's fake
+    # mode, whose ShapeEnv is Dynamo's; max-autotune's mm decomposition at M=1 then left a guard on sizes with
+    # no source there, and Dynamo failed to build the frame's guards (IndexError in produce_guards, H100 run of
+    # 2026-12-07 g). With no context compile_fx makes its own.
+    with torch._guards.tracing(None), config.patch(inductor_options(mode)):
         traced = make_fx(ops)(*inputs)
-    with config.patch(inductor_options(mode)):
         compiled = compile_fx(traced, list(inputs))
     return lambda *tensors: list(compiled(*tensors))
 
