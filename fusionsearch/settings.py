@@ -21,11 +21,11 @@ FAST_LAUNCH = "FUSIONSEARCH_FAST_LAUNCH"  # "0": every launch goes through Trito
 INTERPRET = "TRITON_INTERPRET"  # "1": Triton runs kernels in its CPU interpreter (read by Triton at launch)
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # the GPUs a process may use (one per search worker)
 MODEL = "FUSIONSEARCH_MODEL"  # the learned cost model a search loads by default (default: the shipped one)
-# The learned models shipped, one per GPU they were trained on (the H200's first: the default path); the search
-# only loads one (and scikit-learn) when the default file exists, and takes the one trained on its device.
+# The learned models shipped: one, pooled over the H100's and the H200's rows (issue 54), the default path; the
+# search only loads one (and scikit-learn) when the default file exists, and takes one trained on its device.
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets", "data")
 SHIPPED_MODEL = os.path.join(_DATA, "costmodel.npz")
-SHIPPED_MODELS = (SHIPPED_MODEL, os.path.join(_DATA, "costmodel-h100.npz"))
+SHIPPED_MODELS = (SHIPPED_MODEL,)
 
 
 @dataclass(frozen=True)

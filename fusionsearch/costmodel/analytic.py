@@ -73,6 +73,11 @@ def check_hardware(hw: Hardware) -> None:
     launch = hw.launch_us  # added to every kernel's time: a NaN here makes every plan NaN
     if isinstance(launch, bool) or not isinstance(launch, int | float) or not 0 <= launch < math.inf:
         raise CostModelError(f"hardware profile {hw.name!r}: launch_us must be a finite number >= 0, got {launch!r}")
+    for name in ("shared_memory_per_sm_bytes", "sm_clock_mhz", "memory_clock_mhz"):  # 0: unknown (a NaN feature)
+        value = getattr(hw, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+            raise CostModelError(f"hardware profile {hw.name!r}: {name} must be a finite number >= 0 (0: unknown), "
+                                 f"got {value!r}")
 
 
 # ---- shared counting rules -----------------------------------------------------------------------

@@ -26,10 +26,11 @@ from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, compute_dtype
 from fusionsearch.plan import CodegenOptions, Plan
 from fusionsearch.plan.resources import KernelResources
 
-__all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "compiled_features",
-           "kernel_features", "library_rows", "plan_features", "recompute_features", "to_matrix"]
+__all__ = ["ANALYTIC_FEATURE", "COMPILED_FEATURES", "FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "HARDWARE_FEATURES",
+           "compiled_features", "hardware_features", "kernel_features", "library_rows", "plan_features",
+           "recompute_features", "to_matrix"]
 
-FEATURE_SCHEMA_VERSION = 7
+FEATURE_SCHEMA_VERSION = 8
 
 # The analytic model's kernel time (µs): the baseline the learned model corrects and is compared against.
 ANALYTIC_FEATURE = "roofline_us"
@@ -40,6 +41,15 @@ _OP_CLASSES = ("pointwise", "layout", "indexing", "fp32")  # fp32: pointwise ops
 COMPILED_FEATURES = ("registers", "stack_bytes", "shared_kib_compiled",
                      # v4: from the machine code (SASS)
                      "sass_instructions", "loop_instructions", "loops", "loop_local_ops", "other_local_ops")
+
+# v8: the GPU, so that one model prices every GPU it was trained on (fusionsearch.hardware.Hardware's figures):
+# copy bandwidth (TB/s), the 16-bit tensor-core and fp32 peaks (TFLOP/s), multiprocessors, shared memory per
+# block and per multiprocessor (KiB), L2 (MiB), boost clocks (MHz), launch cost (µs); and two of the kernel's
+# figures against the machine: the bytes it moves over L2, its flop per byte over the machine's (the ridge).
+# A figure the profile does not know (0) is NaN, which the trees read as missing.
+HARDWARE_FEATURES = ("hw_bandwidth_tbs", "hw_peak16_tflops", "hw_fp32_tflops", "hw_sms", "hw_smem_block_kib",
+                     "hw_smem_sm_kib", "hw_l2_mib", "hw_sm_clock_mhz", "hw_mem_clock_mhz", "hw_launch_us",
+                     "bytes_over_l2", "intensity_over_ridge")
 
 FEATURE_NAMES: tuple[str, ...] = (
     # the analytic model's figures for the kernel (bytes, flop, µs, counts)
@@ -73,6 +83,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     # (spill) ops inside and outside loops. NaN where the kernel was not compiled for this (a search pricing a
     # whole space, a record from before v4); zero for pointwise and extern kernels
     *COMPILED_FEATURES,
+    *HARDWARE_FEATURES,
 )
 
 
@@ -134,6 +145,7 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     stored = plan.stored_by(index)
     f: dict[str, float] = dict.fromkeys(FEATURE_NAMES, 0.0)
     f.update(_analytic(ke, hw))
+    f.update(hardware_features(hw, ke.bytes_read + ke.bytes_written, ke.flops))
     kind = kind_of(k)
     if f"kind_{k.kind}" in f:  # library matmuls (and kinds added since schema v4) have no bit: see library_rows
         f["kind_" + k.kind] = 1.0
@@ -170,6 +182,21 @@ def compiled_features(resources: KernelResources | None) -> dict[str, float]:
             "sass_instructions": number(resources.instructions),
             "loop_instructions": number(resources.loop_instructions), "loops": number(resources.loops),
             "loop_local_ops": number(resources.loop_local_ops), "other_local_ops": number(resources.other_local_ops)}
+
+
+def hardware_features(hw: Hardware, moved_bytes: float, flops: float) -> dict[str, float]:
+    """The HARDWARE_FEATURES of a kernel moving `moved_bytes` and computing `flops` on `hw` (unknown figures NaN)."""
+    def known(value: float, scale: float) -> float:
+        return value / scale if value > 0 else math.nan
+
+    peak16 = hw.peak("bfloat16")
+    return {"hw_bandwidth_tbs": hw.bandwidth_bytes_per_s / 1e12, "hw_peak16_tflops": peak16 / 1e12,
+            "hw_fp32_tflops": hw.elementwise_flops / 1e12, "hw_sms": float(hw.multiprocessors),
+            "hw_smem_block_kib": hw.shared_memory_bytes / 1024,
+            "hw_smem_sm_kib": known(hw.shared_memory_per_sm_bytes, 1024), "hw_l2_mib": hw.l2_bytes / 2**20,
+            "hw_sm_clock_mhz": known(hw.sm_clock_mhz, 1.0), "hw_mem_clock_mhz": known(hw.memory_clock_mhz, 1.0),
+            "hw_launch_us": float(hw.launch_us), "bytes_over_l2": moved_bytes / hw.l2_bytes,
+            "intensity_over_ridge": flops / max(1.0, moved_bytes) / (peak16 / hw.bandwidth_bytes_per_s)}
 
 
 def _analytic(ke: KernelEstimate, hw: Hardware) -> dict[str, float]:

@@ -34,7 +34,6 @@ import numpy as np
 
 from fusionsearch import settings
 from fusionsearch.costmodel import legacy_skops, trees
-from fusionsearch.costmodel.analytic import check_hardware
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     COMPILED_FEATURES,
@@ -42,14 +41,16 @@ from fusionsearch.costmodel.features import (
     FEATURE_SCHEMA_VERSION,
     library_rows,
 )
+from fusionsearch.costmodel.gpus import checked_hardware, trained_on
 from fusionsearch.costmodel.hardware import Hardware
+from fusionsearch.costmodel.targets import TARGETS, fit_target
 from fusionsearch.errors import CostModelError
 
 if TYPE_CHECKING:  # scikit-learn is imported where a model is fitted or a legacy file read, not to predict
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-__all__ = ["FILE_FORMAT", "LearnedCostModel", "blind_to_compiled", "library_priced", "load", "load_default",
-           "wide_templates", "without_compiled"]
+__all__ = ["FILE_FORMAT", "TARGETS", "LearnedCostModel", "blind_to_compiled", "library_priced", "load",
+           "load_default", "trained_on", "wide_templates", "without_compiled"]
 
 FILE_FORMAT = "fusionsearch-costmodel"
 FORMAT_VERSION = 1  # of the .npz files; a file of another version is refused
@@ -75,8 +76,10 @@ class LearnedCostModel:
     correction of the analytic roofline time (log ratio) instead of the log time itself; `n_bags` models each
     fit `bag_fraction` of the graphs (of the rows when fit is given no groups); n_bags=1 fits one on all;
     `width_split` fits a second set on the graphs without fp32-operand templates, which prices every kernel but
-    those templates (`wide_templates`). It keeps scikit-learn's estimator contract (get_params, set_params,
-    clone, tags) without subclassing its BaseEstimator, so that a loaded model predicts without importing it.
+    those templates (`wide_templates`); `target`: what the trees fit (costmodel/targets.py: the kernel's log
+    ratio to the roofline, or that ratio less its graph's mean). It keeps scikit-learn's estimator contract
+    (get_params, set_params, clone, tags) without subclassing its BaseEstimator, so that a loaded model
+    predicts without importing it.
 
     >>> import numpy as np
     >>> from fusionsearch.costmodel.features import FEATURE_NAMES
@@ -89,7 +92,7 @@ class LearnedCostModel:
     def __init__(self, learning_rate: float = 0.1, max_iter: int = 300, max_leaf_nodes: int = 31,
                  min_samples_leaf: int = 10, l2_regularization: float = 0.0, baseline: bool = True,
                  n_bags: int = 5, bag_fraction: float = 0.8, width_split: bool = True,
-                 random_state: int = 0) -> None:
+                 random_state: int = 0, target: str = "kernel") -> None:
         self.learning_rate = learning_rate
         self.max_iter = max_iter
         self.max_leaf_nodes = max_leaf_nodes
@@ -100,6 +103,7 @@ class LearnedCostModel:
         self.bag_fraction = bag_fraction
         self.width_split = width_split
         self.random_state = random_state
+        self.target = target
 
     # ---- scikit-learn's estimator contract -------------------------------------------------------
     @classmethod
@@ -157,14 +161,17 @@ class LearnedCostModel:
         if not (isinstance(self.n_bags, int) and self.n_bags >= 1 and 0 < self.bag_fraction <= 1):
             raise CostModelError(f"n_bags must be a positive integer and bag_fraction in (0, 1], got "
                                  f"{self.n_bags!r} and {self.bag_fraction!r}")
-        target = np.log(y) - self._offset(X)
-        self.models_, self.compiled_models_ = self._fit_bags(X, target, groups)
+        if self.target not in TARGETS:
+            raise CostModelError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        target, weight = fit_target(np.log(y) - self._offset(X), groups, self.target)
+        self.models_, self.compiled_models_ = self._fit_bags(X, target, groups, weight)
         self.narrow_models_: list[HistGradientBoostingRegressor] = []
         self.narrow_compiled_models_: list[HistGradientBoostingRegressor] = []
         narrow = _narrow_graph_rows(X, groups)
         if self.width_split and narrow.any() and not narrow.all():
             self.narrow_models_, self.narrow_compiled_models_ = self._fit_bags(
-                X[narrow], target[narrow], None if groups is None else np.asarray(groups)[narrow])
+                X[narrow], target[narrow], None if groups is None else np.asarray(groups)[narrow],
+                None if weight is None else weight[narrow])
         self.schema_version_ = FEATURE_SCHEMA_VERSION
         self.feature_names_ = list(FEATURE_NAMES)
         self.n_features_in_ = len(FEATURE_NAMES)
@@ -190,15 +197,20 @@ class LearnedCostModel:
             times = np.exp(log_ratio + self._offset(X))
         return _positive_times(library_priced(X, times))
 
-    def _fit_bags(self, X: np.ndarray, target: np.ndarray, groups: Any
+    def _fit_bags(self, X: np.ndarray, target: np.ndarray, groups: Any, weight: np.ndarray | None = None
                   ) -> tuple[list[HistGradientBoostingRegressor], list[HistGradientBoostingRegressor]]:
-        """Two sets of bagged models of `target`: one blind to the compiled figures (what a search pricing a
-        whole space has), one that reads them, fitted when rows have them (what a search has for the plans it
-        compiled; else empty)."""
+        """Two sets of bagged models of `target` (rows weighted by `weight`, if given): one blind to the compiled
+        figures (what a search pricing a whole space has), one that reads them, fitted when rows have them (what
+        a search has for the plans it compiled; else empty)."""
         bags = self._bags(len(target), groups)
         blind = blind_to_compiled(X)
-        models = [self._regressor().fit(blind[rows], target[rows]) for rows in bags]
-        compiled = [self._regressor().fit(X[rows], target[rows]) for rows in bags] if _compiled(X).any() else []
+
+        def w(rows: np.ndarray) -> np.ndarray | None:
+            return None if weight is None else weight[rows]
+
+        models = [self._regressor().fit(blind[rows], target[rows], sample_weight=w(rows)) for rows in bags]
+        compiled = [self._regressor().fit(X[rows], target[rows], sample_weight=w(rows)) for rows in bags] \
+            if _compiled(X).any() else []
         return models, compiled
 
     def _regressor(self) -> HistGradientBoostingRegressor:
@@ -400,7 +412,7 @@ def _from_record(path: str, record: dict[str, Any]) -> LearnedCostModel:
     model.schema_version_ = FEATURE_SCHEMA_VERSION
     model.feature_names_ = list(FEATURE_NAMES)
     model.n_features_in_ = len(FEATURE_NAMES)
-    model.hardware_ = _checked_hardware(path, record.get("hardware"))
+    model.hardware_ = checked_hardware(path, record.get("hardware"))
     return model
 
 
@@ -415,21 +427,6 @@ def _check_params(path: str, model: LearnedCostModel) -> None:
             raise CostModelError(f"{path}: its hyperparameter {name} is {value!r}, not a finite number")
 
 
-def _checked_hardware(path: str, record: Any) -> dict[str, Any] | None:
-    """A file's hardware record (the GPU its times were measured on): None, or a record with a name whose
-    profile, when it has one, is a usable one (every figure finite and positive)."""
-    if record is None:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
-        raise CostModelError(f"{path}: its hardware record is not a record with a GPU name")
-    if record.get("profile") is not None:
-        try:
-            check_hardware(Hardware.from_dict(record["profile"]))
-        except (ValueError, CostModelError) as e:
-            raise CostModelError(f"{path}: its hardware profile is refused: {e}") from None
-    return dict(record)
-
-
 def _regressors(models: list[Any]) -> bool:
     """Whether every item predicts as a model's regressor: plain trees (.npz), or scikit-learn's (skops)."""
     if all(isinstance(m, trees.Trees) for m in models):
@@ -440,17 +437,18 @@ def _regressors(models: list[Any]) -> bool:
 
 
 def load_default(path: str | None = None) -> LearnedCostModel | None:
-    """The model at `path` when it was trained on this device (same GPU name as `Hardware.detect()`); None
-    when there is none or it is for another GPU, or cannot be used (with a warning). The default path is read
-    at the call (settings.current().model_path), so one setting governs the search and this loader; where it is
-    the shipped model's, every shipped model is a candidate (one per GPU: the H200's, the H100's)."""
+    """The model at `path` when it was trained on this device (`Hardware.detect()`'s GPU name is the GPU, or one
+    of the GPUs, its rows were measured on: `trained_on`); None when there is none or it is for other GPUs, or
+    cannot be used (with a warning). The default path is read at the call (settings.current().model_path), so
+    one setting governs the search and this loader; where it is the shipped model's, every shipped model is a
+    candidate (settings.SHIPPED_MODELS: one pooled model of the H100's and the H200's rows)."""
     path = path or settings.current().model_path
     same = os.path.isfile(path) and os.path.isfile(settings.SHIPPED_MODEL) and os.path.samefile(
         path, settings.SHIPPED_MODEL)
     device = Hardware.detect().name
     for candidate in settings.SHIPPED_MODELS if same else (path,):
         model = _load_once(candidate)
-        if model is not None and model.hardware_ and model.hardware_.get("name") == device:
+        if model is not None and device in trained_on(model):
             return model
     return None
 

@@ -2,7 +2,9 @@
 
 The figures that matter to the search are rankings within one graph's candidate plans: does the model put
 the fast plans first? A plan's time is the sum of its kernels' times, measured or predicted. Cross-validation
-holds out whole graphs (GroupKFold by graph_id), so a model is always judged on graphs it never saw."""
+holds out whole graphs (GroupKFold by graph_id), so a model is always judged on graphs it never saw. Several
+datasets (one per GPU) pool into one model whose features carry each row's GPU (schema v8); the figures are
+reported over all graphs, per GPU and per family of graph (costmodel/families.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 from scipy import stats
 from sklearn.model_selection import GroupKFold
 
+from fusionsearch.costmodel.families import row_family
 from fusionsearch.costmodel.features import (
     ANALYTIC_FEATURE,
     FEATURE_NAMES,
@@ -23,6 +26,7 @@ from fusionsearch.costmodel.features import (
     recompute_features,
     to_matrix,
 )
+from fusionsearch.costmodel.gpus import gpu_name, hardware_record
 from fusionsearch.costmodel.learned import LearnedCostModel, without_compiled
 from fusionsearch.datasets.measurements import read_rows, rows_for_fp32_dot
 from fusionsearch.errors import CostModelError
@@ -33,6 +37,7 @@ __all__ = ["METRICS", "cross_validate", "cv_splits", "evaluate", "format_figures
 METRICS = ("kendall_tau", "spearman", "pairwise_accuracy", "top1_regret", "top5_regret")
 
 Dataset = tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
+Paths = str | Sequence[str]  # one dataset, or several pooled (one per GPU)
 
 
 def _schema_rows(path: str, fp32_dot: str = FP32_DOT) -> list[dict[str, Any]]:
@@ -61,20 +66,24 @@ def _usable(row: dict[str, Any]) -> bool:
             and isinstance(row.get("features"), dict))
 
 
-def load_dataset(path: str, fp32_dot: str = FP32_DOT) -> Dataset:
-    """(X, y, groups, rows) of the measured kernels: features in FEATURE_NAMES order, times (µs), graph ids,
-    and the rows themselves; only status-ok rows of the current feature schema, fp32 matmuls as measured with
-    `fp32_dot`. CostModelError when none."""
+def load_dataset(path: Paths, fp32_dot: str = FP32_DOT) -> Dataset:
+    """(X, y, groups, rows) of the measured kernels of one dataset or several pooled: features in FEATURE_NAMES
+    order, times (µs), graph ids, and the rows themselves; only status-ok rows of the current feature schema,
+    fp32 matmuls as measured with `fp32_dot`. CostModelError when none."""
     return _load(path, fp32_dot=fp32_dot)[:4]  # type: ignore[return-value]
 
 
-def _load(path: str, first_graphs: int | None = None, fp32_dot: str = FP32_DOT
+def _load(paths: Paths, first_graphs: int | None = None, fp32_dot: str = FP32_DOT
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], list[dict[str, Any]]]:
     """load_dataset's four, and every row of the current schema (failed ones too: they mark incomplete plans);
-    with `first_graphs`, only the rows of the first that many graphs in the file's (collection) order."""
-    every = _schema_rows(path, fp32_dot)
-    if first_graphs is not None:
-        every = _first_graphs(every, first_graphs, path)
+    with `first_graphs`, only the rows of the first that many graphs of each file, in its (collection) order."""
+    every = []
+    for path in [paths] if isinstance(paths, str) else list(paths):
+        part = _schema_rows(path, fp32_dot)
+        every.extend(part if first_graphs is None else _first_graphs(part, first_graphs, path))
+    path = paths if isinstance(paths, str) else " + ".join(paths)
+    if not every:
+        raise CostModelError("no dataset given to train on")
     rows = [r for r in every if _usable(r)]
     if not rows:
         raise CostModelError(f"{path}: no successfully measured kernels (status 'ok' with a time) to learn from")
@@ -97,19 +106,6 @@ def _first_graphs(rows: list[dict[str, Any]], n: int, path: str) -> list[dict[st
         raise CostModelError(f"{path}: asked for the first {n} graphs but the dataset holds {len(order)}")
     keep = set(order[:n])
     return [r for r in rows if str(r.get("graph_id")) in keep]
-
-
-def _hardware(rows: Sequence[dict[str, Any]], path: str) -> dict[str, Any] | None:
-    """The one GPU the rows were measured on; CostModelError when they mix GPUs."""
-    records = {}
-    for r in rows:
-        if isinstance(r.get("hardware"), dict):  # the collector's signature names the GPU under "device"
-            record = {**r["hardware"], "name": r["hardware"].get("name") or r["hardware"].get("device")}
-            records[str(record["name"])] = record
-    if len(records) > 1:
-        raise CostModelError(f"{path}: rows were measured on several GPUs ({', '.join(sorted(records))}); "
-                             "train one model per GPU on its own dataset")
-    return next(iter(records.values()), None)
 
 
 def _model(hyper: dict[str, Any]) -> LearnedCostModel:
@@ -149,7 +145,7 @@ def _oof_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: in
     return pred, held_out, uncompiled
 
 
-def cross_validate(data_path: str, folds: int = 5, fp32_dot: str = FP32_DOT, **hyper: Any) -> dict[str, Any]:
+def cross_validate(data_path: Paths, folds: int = 5, fp32_dot: str = FP32_DOT, **hyper: Any) -> dict[str, Any]:
     """Held-out ranking figures: train one model per fold, predict the graphs it never saw, and score every
     graph's plans with those predictions (learned vs analytic, as `evaluate`). Adds `folds` and `held_out`
     (the graph ids of each fold's test set)."""
@@ -165,20 +161,21 @@ def _cross_validate(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rows: list
     return {**figures, "folds": len(held_out), "held_out": held_out}
 
 
-def train(data_path: str, out_path: str, folds: int = 5, first_graphs: int | None = None,
+def train(data_path: Paths, out_path: str, folds: int = 5, first_graphs: int | None = None,
           fp32_dot: str = FP32_DOT, **hyper: Any) -> dict[str, Any]:
-    """Fit a model on every ok row of `data_path` (of its first `first_graphs` graphs, when given), save it to
-    `out_path`, and report grouped cross-validation (`cv`: the held-out figures of `cross_validate`) with the
-    row and graph counts."""
+    """Fit a model on every ok row of `data_path` (one dataset, or several pooled; of each one's first
+    `first_graphs` graphs, when given), save it to `out_path`, and report grouped cross-validation (`cv`: the
+    held-out figures of `cross_validate`) with the row and graph counts. Rows of several GPUs make a pooled
+    model, whose file names each GPU (gpus.hardware_record)."""
     X, y, groups, rows, every = _load(data_path, first_graphs, fp32_dot)
     cv = _cross_validate(X, y, groups, rows, every, folds, hyper)
-    model = _model(hyper).fit(X, y, hardware=_hardware(rows, data_path), groups=groups)
+    model = _model(hyper).fit(X, y, hardware=hardware_record(rows), groups=groups)
     model.save(out_path)
     return {"model_path": out_path, "rows": len(rows), "graphs": len(set(groups.tolist())),
             "params": model.get_params(), "cv": cv}
 
 
-def evaluate(model: LearnedCostModel, data_path: str, fp32_dot: str = FP32_DOT) -> dict[str, Any]:
+def evaluate(model: LearnedCostModel, data_path: Paths, fp32_dot: str = FP32_DOT) -> dict[str, Any]:
     """Ranking figures of `model` on every graph of `data_path` (optimistic if it was trained on them: use
     `cross_validate` for held-out figures). Per graph, over its fully measured plans: Kendall tau and
     Spearman between predicted and measured plan times, pairwise ranking accuracy, and top-1/top-5 regret
@@ -191,20 +188,22 @@ def evaluate(model: LearnedCostModel, data_path: str, fp32_dot: str = FP32_DOT) 
 # ---- figures -------------------------------------------------------------------------------------
 
 def _plan_times(all_rows: list[dict[str, Any]], rows: list[dict[str, Any]], pred: np.ndarray, X: np.ndarray
-                ) -> dict[str, dict[str, tuple[float, float, float]]]:
-    """graph id -> plan id -> (measured, predicted, analytic) plan time (µs), for plans whose every kernel
+                ) -> dict[tuple[str, str], dict[str, tuple[float, float, float]]]:
+    """(GPU, graph id) -> plan id -> (measured, predicted, analytic) plan time (µs), for plans whose every kernel
     was measured ok (kernel indices 0..n-1; repeated measurements of a kernel are averaged)."""
-    failed = {(str(r.get("graph_id")), str(r.get("plan_id"))) for r in all_rows if not _usable(r)}
+    failed = {(gpu_name(r), str(r.get("graph_id")), str(r.get("plan_id"))) for r in all_rows if not _usable(r)}
     analytic = X[:, FEATURE_NAMES.index(ANALYTIC_FEATURE)]
-    kernels: dict[tuple[str, str], dict[int, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
+    kernels: dict[tuple[str, str, str], dict[int, list[tuple[float, float, float]]]] = \
+        defaultdict(lambda: defaultdict(list))
     for r, p, a in zip(rows, pred, analytic, strict=True):
-        kernels[(str(r["graph_id"]), str(r["plan_id"]))][int(r["kernel_index"])].append((float(r["time_us"]), p, a))
-    out: dict[str, dict[str, tuple[float, float, float]]] = defaultdict(dict)
-    for (gid, pid), per in kernels.items():
-        if (gid, pid) in failed or set(per) != set(range(len(per))):
+        key = (gpu_name(r), str(r["graph_id"]), str(r["plan_id"]))
+        kernels[key][int(r["kernel_index"])].append((float(r["time_us"]), p, a))
+    out: dict[tuple[str, str], dict[str, tuple[float, float, float]]] = defaultdict(dict)
+    for (gpu, gid, pid), per in kernels.items():
+        if (gpu, gid, pid) in failed or set(per) != set(range(len(per))):
             continue
         means = [np.mean(np.array(v), axis=0) for v in per.values()]
-        out[gid][pid] = tuple(float(x) for x in np.sum(means, axis=0))  # type: ignore[assignment]
+        out[(gpu, gid)][pid] = tuple(float(x) for x in np.sum(means, axis=0))  # type: ignore[assignment]
     return out
 
 
@@ -228,23 +227,35 @@ def _graph_figures(measured: np.ndarray, predicted: np.ndarray) -> dict[str, flo
 def _figures(all_rows: list[dict[str, Any]], rows: list[dict[str, Any]], pred: np.ndarray, X: np.ndarray
              ) -> dict[str, Any]:
     per_graph = []
-    for gid, plans in sorted(_plan_times(all_rows, rows, pred, X).items()):
+    families: dict[str, str] = {}
+    graph_rows = {(gpu_name(r), str(r["graph_id"])): r for r in rows}
+    for (gpu, gid), plans in sorted(_plan_times(all_rows, rows, pred, X).items()):
         if len(plans) < 2:
             continue  # nothing to rank
         t = np.array(list(plans.values()))
         learned, analytic = _graph_figures(t[:, 0], t[:, 1]), _graph_figures(t[:, 0], t[:, 2])
-        per_graph.append({"graph_id": gid, "plans": len(plans), **learned,
-                          **{f"analytic_{k}": v for k, v in analytic.items()}})
+        per_graph.append({"graph_id": gid, "gpu": gpu, "family": row_family(graph_rows[(gpu, gid)], families),
+                          "plans": len(plans), **learned, **{f"analytic_{k}": v for k, v in analytic.items()}})
     if not per_graph:
         raise CostModelError("no graph has two or more fully measured plans, so there is nothing to rank")
-    out: dict[str, Any] = {"graphs": len(per_graph), "plans": sum(g["plans"] for g in per_graph), "rows": len(rows)}
+    out = _summary(per_graph)
+    out["rows"] = len(rows)
+    for key in ("gpu", "family"):
+        out[f"by_{key}"] = {name: _summary([g for g in per_graph if g[key] == name])
+                            for name in sorted({g[key] for g in per_graph})}
+    out["per_graph"] = per_graph
+    return out
+
+
+def _summary(per_graph: list[dict[str, Any]]) -> dict[str, Any]:
+    """The graphs and plans counted, and the mean and median of each METRIC over the graphs (learned, analytic)."""
+    out: dict[str, Any] = {"graphs": len(per_graph), "plans": sum(g["plans"] for g in per_graph)}
     for prefix in ("", "analytic_"):
         for m in METRICS:
             values = np.array([g[prefix + m] for g in per_graph], dtype=float)
             values = values[np.isfinite(values)]
             out[prefix + m] = float(values.mean()) if len(values) else float("nan")
             out[f"{prefix}{m}_median"] = float(np.median(values)) if len(values) else float("nan")
-    out["per_graph"] = per_graph
     return out
 
 
@@ -259,4 +270,22 @@ def format_figures(figures: dict[str, Any]) -> str:
     for m in METRICS:
         lines.append(f"{m:<18} " + " ".join(f"{figures[p + m]:>10.3f} {figures[p + m + '_median']:>9.3f}"
                                             for p in prefixes))
-    return "\n".join(lines)
+    return "\n".join(lines + _group_lines(figures))
+
+
+GROUP_METRICS = ("kendall_tau", "pairwise_accuracy", "top1_regret")  # per group: the figures that decide
+
+
+def _group_lines(figures: dict[str, Any]) -> list[str]:
+    """Per GPU and per family: the graphs, and the mean of GROUP_METRICS, learned then analytic."""
+    lines = []
+    head = " ".join(f"{m.replace('_accuracy', '').replace('kendall_', ''):>11}" for m in GROUP_METRICS)
+    for key, what in (("by_gpu", "GPU"), ("by_family", "family")):
+        if key not in figures:
+            continue
+        lines.append(f"{'per ' + what + ' (mean over graphs)':<40} {'graphs':>6} | learned {head} | analytic {head}")
+        for name, f in figures[key].items():
+            learned = " ".join(f"{f[m]:>11.3f}" for m in GROUP_METRICS)
+            analytic = " ".join(f"{f['analytic_' + m]:>11.3f}" for m in GROUP_METRICS)
+            lines.append(f"  {name:<38} {f['graphs']:>6} | {'':7} {learned} | {'':8} {analytic}")
+    return lines

@@ -88,7 +88,9 @@ class Trees:
             if depth > MAX_DEPTH:
                 raise CostModelError(f"a tree is deeper than {MAX_DEPTH} levels")
             depths[tree_of[frontier]] = depth
-            frontier = np.unique(np.concatenate([self._children[2 * frontier], self._children[2 * frontier + 1]]))
+            reached = np.zeros(len(self.is_leaf), dtype=bool)  # each child once (a damaged file may share one)
+            reached[self._children[2 * frontier]] = reached[self._children[2 * frontier + 1]] = True
+            frontier = np.flatnonzero(reached)  # sorted and distinct, as np.unique, without its sort
         return depths
 
     @property

@@ -1,11 +1,13 @@
-"""The learned model and the H200 dataset that ship in the package: the model is plain trees that load
-without pickle or scikit-learn, names the H200, and ranks the dataset's plans better than the analytic model."""
+"""The learned model and the datasets that ship in the package: one model, pooled over the H100's and the H200's
+rows, plain trees that load without pickle or scikit-learn, that names both GPUs and ranks each one's plans better
+than the analytic model."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,6 @@ from fusionsearch.costmodel.train import evaluate, load_dataset
 DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "fusionsearch", "datasets", "data")
 SHIPPED_MODEL_PATH = os.path.join(DATA_DIR, "costmodel.npz")
 SHIPPED_DATA_PATH = os.path.join(DATA_DIR, "h200-measurements.jsonl.gz")
-H100_MODEL_PATH = os.path.join(DATA_DIR, "costmodel-h100.npz")
 H100_DATA_PATH = os.path.join(DATA_DIR, "h100-measurements.jsonl.gz")
 
 
@@ -25,15 +26,16 @@ def test_shipped_dataset_is_an_h200_measurement_of_at_least_100_graphs() -> None
     assert {r["hardware"]["device"] for r in rows} == {"NVIDIA H200"}
 
 
-def test_shipped_model_names_the_h200_and_ranks_better_than_the_analytic_model() -> None:
+def test_shipped_model_is_pooled_over_both_gpus_and_ranks_each_ones_plans_better_than_the_analytic_model() -> None:
     model = load(SHIPPED_MODEL_PATH)
-    assert model.hardware_["name"] == "NVIDIA H200"
+    assert model.hardware_["gpus"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert model.narrow_models_ and model.narrow_compiled_models_  # 16-bit graphs priced by their own models
-    fig = evaluate(model, SHIPPED_DATA_PATH)
-    assert fig["graphs"] >= 100
-    for m in ("kendall_tau", "pairwise_accuracy"):
-        assert fig[m] > fig[f"analytic_{m}"]
-    assert fig["top1_regret"] < fig["analytic_top1_regret"]
+    fig = evaluate(model, [H100_DATA_PATH, SHIPPED_DATA_PATH])
+    assert fig["graphs"] >= 700 and set(fig["by_gpu"]) == set(model.hardware_["gpus"])
+    for per_gpu in fig["by_gpu"].values():
+        for m in ("kendall_tau", "pairwise_accuracy"):
+            assert per_gpu[m] > per_gpu[f"analytic_{m}"]
+        assert per_gpu["top1_regret"] < per_gpu["analytic_top1_regret"]
 
 
 def test_shipped_model_is_plain_trees_that_load_without_scikit_learn_or_skops(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,51 +84,55 @@ def test_every_shipped_row_carries_the_graph_and_plan_it_measured() -> None:
     assert len(graphs) >= 100 and len(plans) >= 1000
 
 
-def test_the_h100_model_names_its_gpu_and_ranks_its_dataset_better_than_the_analytic_model() -> None:
+def test_the_h100_dataset_holds_the_decode_and_grouped_kinds_measured_on_that_gpu() -> None:
     """The H100's dataset holds the decode and grouped kinds' kernels (issue 27), measured on that GPU."""
     _, y, groups, rows = load_dataset(H100_DATA_PATH)
     assert {r["hardware"]["device"] for r in rows} == {"NVIDIA H100 80GB HBM3"}
     kinds = {r["kernel_kind"] for r in rows}
     assert {"decode", "grouped", "template", "pointwise"} <= kinds and len(set(groups.tolist())) >= 90
-    model = load(H100_MODEL_PATH)
-    assert model.hardware_["name"] == "NVIDIA H100 80GB HBM3"
-    fig = evaluate(model, H100_DATA_PATH)
-    for m in ("kendall_tau", "pairwise_accuracy"):
-        assert fig[m] > fig[f"analytic_{m}"]
-    assert fig["top1_regret"] < fig["analytic_top1_regret"]
 
 
-@pytest.mark.parametrize(("device", "trained_on"), [("H100", "NVIDIA H100 80GB HBM3"), ("H200", "NVIDIA H200"),
-                                                    ("other", None)])
-def test_the_default_model_is_the_shipped_one_trained_on_this_gpu(monkeypatch: pytest.MonkeyPatch, device: str,
-                                                                   trained_on: str | None) -> None:
+@pytest.mark.parametrize(("device", "served"), [("H100", True), ("H200", True), ("other", False)])
+def test_the_default_model_is_the_pooled_one_on_each_gpu_it_was_trained_on(monkeypatch: pytest.MonkeyPatch,
+                                                                            device: str, served: bool) -> None:
     import dataclasses
 
     from fusionsearch import hardware, settings
     from fusionsearch.costmodel import learned
 
+    assert settings.SHIPPED_MODELS == (settings.SHIPPED_MODEL,)  # one file for every GPU
     profile = {"H100": hardware.H100, "H200": hardware.H200,
                "other": dataclasses.replace(hardware.H200, name="NVIDIA A10")}[device]
     monkeypatch.setattr(learned.Hardware, "detect", staticmethod(lambda: profile))
     model = learned.load_default(settings.SHIPPED_MODEL)
-    assert (model.hardware_["name"] if model is not None else None) == trained_on
-    assert learned.load_default(H100_MODEL_PATH) is (model if device == "H100" else None)  # a path: that file only
+    assert (model is not None) == served
+    if served:
+        assert model is learned.load_cached(SHIPPED_MODEL_PATH) and profile.name in model.hardware_["gpus"]
 
 
 def test_a_search_without_a_gpu_prices_with_the_profile_its_model_file_was_trained_on(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The H100 model's rows were featured with the H100's bandwidth and peaks: a search on a CPU that passes
-    that file prices with them (and says so), not with the H200's, which it uses otherwise."""
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A model of one GPU's rows (here the H100's) was featured with that GPU's bandwidth and peaks: a search on
+    a CPU that passes its file prices with them (and says so), not with the H200's, which it uses otherwise, the
+    pooled shipped model (of several GPUs) included."""
+    import numpy as np
     import torch
 
     import fusionsearch as fs
     from fusionsearch import hardware
+    from fusionsearch.costmodel.features import FEATURE_NAMES
+    from fusionsearch.costmodel.learned import LearnedCostModel
     from fusionsearch.search.options import SearchOptions
     from fusionsearch.search.session import setup
 
+    h100_model = str(tmp_path / "h100.npz")
+    X = np.random.default_rng(0).uniform(1, 10, size=(64, len(FEATURE_NAMES)))
+    LearnedCostModel(max_iter=5, n_bags=1).fit(X, np.full(64, 5.0), hardware={
+        "name": hardware.H100.name, "profile": hardware.H100.to_dict()}).save(h100_model)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU, wherever this runs
     g = fs.workload("w8_dequant_mm", M=1, K=256, N=256)
-    priced = setup(g, SearchOptions(backend="model", cost_model=H100_MODEL_PATH)).hw
+    assert setup(g, SearchOptions(backend="model", cost_model=SHIPPED_MODEL_PATH)).hw == hardware.H200
+    priced = setup(g, SearchOptions(backend="model", cost_model=h100_model)).hw
     assert priced.name == "NVIDIA H100 80GB HBM3"
     assert priced.bandwidth_bytes_per_s == hardware.H100.bandwidth_bytes_per_s != hardware.H200.bandwidth_bytes_per_s
     assert setup(g, SearchOptions(backend="model", cost_model="analytic")).hw == hardware.H200

@@ -376,7 +376,8 @@ def test_a_model_predicting_a_time_that_is_not_finite_and_positive_refuses_to_ra
 
 
 def test_the_shipped_models_are_within_the_work_and_value_bounds() -> None:
-    """The bounds are set against the shipped models' scale (4x their work a row, 4.5x their log range)."""
+    """The bounds are set against the shipped model's scale (4x its work a row, 3.7x its log range: the pooled
+    model of both GPUs' rows reaches -7.3 to 13.4, where each GPU's own reached -5.7 to 11.1)."""
     from fusionsearch import settings
     from fusionsearch.costmodel.learned import MAX_LOG_PREDICTION
 
@@ -385,7 +386,7 @@ def test_the_shipped_models_are_within_the_work_and_value_bounds() -> None:
         regressors = [r for g in GROUPS for r in getattr(model, f"{g}_")]
         assert trees.MAX_WALK_STEPS / 4.2 < sum(r.walk_steps for r in regressors) < trees.MAX_WALK_STEPS / 3.5
         assert sum(int(r.depths.max()) + 1 for r in regressors) < trees.MAX_LEVEL_STEPS / 4
-        assert all(MAX_LOG_PREDICTION / 10 < max(map(abs, r.bounds)) < MAX_LOG_PREDICTION / 4 for r in regressors)
+        assert all(MAX_LOG_PREDICTION / 10 < max(map(abs, r.bounds)) < MAX_LOG_PREDICTION / 3.5 for r in regressors)
 
 
 def test_a_file_or_archive_over_the_size_limits_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
