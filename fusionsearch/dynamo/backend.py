@@ -48,7 +48,7 @@ from fusionsearch.errors import FusionSearchError, SpecError, check_names, failu
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
-from fusionsearch.search.options import MEASURE
+from fusionsearch.search.options import MEASURE, TRIALS
 
 __all__ = ["BackendOptions", "BackendStats", "backend", "backend_options", "fusionsearch_backend", "tune_model"]
 
@@ -72,7 +72,7 @@ class BackendOptions:
     costs against Inductor's own step); `measure`: where a learned model ranks a region's plans on the GPU, at
     most this many of its trials are run, each measuring one plan (SearchOptions.measure, the same default)."""
 
-    trials: int = 32
+    trials: int = TRIALS
     measure: int = MEASURE
     search_backend: str = "auto"
     cache: str | None = None

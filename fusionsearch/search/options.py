@@ -15,6 +15,7 @@ MODEL_FILES = (".npz", ".skops")  # learned cost model files (costmodel.learned.
 # Where a learned model ranks the plans a search measures (the ranked sampler on the GPU), the most plans it
 # measures: the model ranks the rest (issue 54: measure few). The one default of the API, the CLI and the backend.
 MEASURE = 8
+TRIALS = 32  # trials of a search (a study; a region under the backend): fs.tune, the CLI and the backend alike
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class SearchOptions:
     prediction times this factor is pruned without compiling. `bytes_rule`: the prologue bytes factor
     (None lifts the rule so that measurement decides)."""
 
-    trials: int = 64
+    trials: int = TRIALS
     backend: str = "auto"
     sampler: str = "auto"  # auto: ranked with a learned cost model, tpe with the analytic one
     storage: str | None = None

@@ -22,7 +22,7 @@ from fusionsearch import settings
 from fusionsearch.codegen.runtime import check_interpreter
 from fusionsearch.errors import SpecError, check_names
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.options import BACKENDS, SAMPLERS, SearchOptions, resolve_backend
+from fusionsearch.search.options import BACKENDS, SAMPLERS, TRIALS, SearchOptions, resolve_backend
 from fusionsearch.search.result import TuneResult
 from fusionsearch.search.session import open_session, possible_plans, run_here, run_session, search_space, setup
 from fusionsearch.search.storage import make_storage, redact
@@ -77,7 +77,7 @@ def in_memory(study: optuna.Study) -> optuna.Study:
     return optuna.load_study(study_name=study.study_name, storage=memory)
 
 
-def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = 64, backend: str = "auto",
+def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = TRIALS, backend: str = "auto",
          storage: str | None = None, study_name: str | None = None, seed: int = 0, timeout: float | None = None,
          **options: Any) -> TuneResult:
     """Search the best fusion plan for a graph, or for a PyTorch function/module traced on `example_inputs`.
