@@ -27,7 +27,6 @@ Render the report of a committed e2e.json again:  python benchmarks/e2e.py --rep
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import os
 import sys
@@ -41,6 +40,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import (  # noqa: E402
+    WoqRewrite,
     add_out,
     bar_chart,
     comma_list,
@@ -198,47 +198,6 @@ class Workload:
         return total
 
 
-class _WoqRewrite:
-    """Inductor's post-grad rewrite of `F.linear(x, w.to(bf16)) * scales` (bf16 x and scales, int8 w) into
-    `aten._weight_int8pack_mm` (`_register_woq_mm_int8_pattern1..4`, torch/_inductor/fx_passes/quantization.py)
-    has no config switch short of `pattern_matcher=False` (every post-grad pattern off). Its CUDA kernel takes
-    ~300 µs a 7B linear, so at M > 1, where max-autotune's mm decomposition does not pre-empt it, every compiled
-    mode runs slower than eager. The mode `max_autotune_no_woq` is max-autotune with that one rewrite refused:
-    its match check, looked up when Inductor first registers its patterns, is wrapped here (before any compile in
-    this process) to decline while `off` is set, which `run_mode` sets for that mode alone."""
-
-    off = False
-
-    @classmethod
-    def install(cls) -> None:
-        from torch._inductor.fx_passes import quantization
-
-        make = quantization._is_valid_woq_optimization_pattern
-        if getattr(make, "_fs_wrapped", False):
-            return
-
-        def wrapped_make() -> Callable[[Any], bool]:
-            check = make()
-            return lambda match: not cls.off and check(match)
-
-        wrapped_make._fs_wrapped = True  # type: ignore[attr-defined]
-        quantization._is_valid_woq_optimization_pattern = wrapped_make
-
-    @classmethod
-    def uncached(cls) -> Any:
-        """While the rewrite is off, Inductor's on-disk caches are too: their keys do not know of the switch, so a
-        graph max-autotune compiled earlier in the run would be reused."""
-        if not cls.off:
-            return contextlib.nullcontext()
-        import torch._functorch.config
-        import torch._inductor.config
-
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False))
-        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-        return stack
-
-
 def compile_mode(model: torch.nn.Module, mode: str, args: argparse.Namespace) -> tuple[Callable[..., Any], Any]:
     """The model as `mode` runs it, and the fusionsearch backend object (None for the other modes)."""
     if mode == "eager":
@@ -301,8 +260,8 @@ def run_mode(w: Workload, mode: str, refs: list[list[torch.Tensor]] | None, args
     torch._dynamo.reset()
     w.reset()
     rec: dict[str, Any] = {}
-    _WoqRewrite.off = mode == "max_autotune_no_woq"
-    with torch.no_grad(), _WoqRewrite.uncached():
+    WoqRewrite.off = mode == "max_autotune_no_woq"
+    with torch.no_grad(), WoqRewrite.uncached():
         fn, be = compile_mode(w.model, mode, args)
         start = time.time()
         first = fn(*w.inputs[0])
@@ -554,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         report.update(measure_ceilings())
     bandwidth = report.get("bandwidth_bytes_per_s")
-    _WoqRewrite.install()  # before the first compile of this process registers Inductor's patterns
+    WoqRewrite.install()  # before the first compile of this process registers Inductor's patterns
 
     def write(row: dict[str, Any]) -> None:
         report["rows"] = [r for r in report["rows"] if r["case"] != row["case"]] + [row]

@@ -8,6 +8,7 @@ Scripts import it as `benchmarks.harness` with the repository root on sys.path (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -227,3 +228,44 @@ def bar_chart(path: str, groups: Sequence[str], series: dict[str, Sequence[float
     ax.legend(fontsize=legend_size)
     save_figure(fig, path)
     return True
+
+
+class WoqRewrite:
+    """Inductor's post-grad rewrite of `F.linear(x, w.to(bf16)) * scales` (bf16 x and scales, int8 w) into
+    `aten._weight_int8pack_mm` (`_register_woq_mm_int8_pattern1..4`, torch/_inductor/fx_passes/quantization.py)
+    has no config switch short of `pattern_matcher=False` (every post-grad pattern off). Its CUDA kernel takes
+    ~300 µs a 7B linear, so at M > 1, where max-autotune's mm decomposition does not pre-empt it, every compiled
+    mode runs slower than eager (measured: h100-2026-12-07g-b16-no-woq). Its match check, looked up when Inductor
+    first registers its patterns, is wrapped here (`install`, before any compile in the process) to decline while
+    `off` is set: e2e.py's mode `max_autotune_no_woq`, int8_linear_gpu.py's second Inductor compile."""
+
+    off = False
+
+    @classmethod
+    def install(cls) -> None:
+        from torch._inductor.fx_passes import quantization
+
+        make = quantization._is_valid_woq_optimization_pattern
+        if getattr(make, "_fs_wrapped", False):
+            return
+
+        def wrapped_make() -> Callable[[Any], bool]:
+            check = make()
+            return lambda match: not cls.off and check(match)
+
+        wrapped_make._fs_wrapped = True  # type: ignore[attr-defined]
+        quantization._is_valid_woq_optimization_pattern = wrapped_make
+
+    @classmethod
+    def uncached(cls) -> Any:
+        """While the rewrite is off, Inductor's on-disk caches are too: their keys do not know of the switch, so a
+        graph max-autotune compiled earlier in the run would be reused."""
+        if not cls.off:
+            return contextlib.nullcontext()
+        import torch._functorch.config
+        import torch._inductor.config
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False))
+        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+        return stack

@@ -25,17 +25,17 @@ def _match(weight_dtype: torch.dtype) -> SimpleNamespace:
 def test_the_no_woq_mode_declines_inductors_int8_rewrite_only_while_it_runs() -> None:
     from torch._inductor.fx_passes import quantization
 
-    e2e._WoqRewrite.install()
-    e2e._WoqRewrite.install()  # twice: one wrapper, not two
+    e2e.WoqRewrite.install()
+    e2e.WoqRewrite.install()  # twice: one wrapper, not two
     check = quantization._is_valid_woq_optimization_pattern()
     try:
-        e2e._WoqRewrite.off = False
+        e2e.WoqRewrite.off = False
         assert check(_match(torch.int8)) is True  # the rewrite as Inductor has it
         assert check(_match(torch.bfloat16)) is False  # Inductor's own condition still holds
-        e2e._WoqRewrite.off = True
+        e2e.WoqRewrite.off = True
         assert check(_match(torch.int8)) is False
-        with e2e._WoqRewrite.uncached():
+        with e2e.WoqRewrite.uncached():
             assert torch._inductor.config.fx_graph_cache is False  # no cached graph of the rewriting mode reused
     finally:
-        e2e._WoqRewrite.off = False
+        e2e.WoqRewrite.off = False
     assert "max_autotune_no_woq" in e2e.MODES and e2e.TORCH_MODES["max_autotune_no_woq"] == "max-autotune"
