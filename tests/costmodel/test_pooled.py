@@ -16,6 +16,7 @@ import fusionsearch as fs
 from fusionsearch import hardware
 from fusionsearch.costmodel.families import graph_family, row_family
 from fusionsearch.costmodel.features import (
+    FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     HARDWARE_FEATURES,
     plan_features,
@@ -170,3 +171,21 @@ def test_a_rows_own_family_wins_and_a_row_without_one_is_read_from_its_graph() -
     assert row_family({"graph_id": "x", "graph": g.to_dict()}, cache) == "experts" == cache["x"]
     assert row_family({"graph_id": "y"}) == "mixed"
     assert set(HARDWARE_FEATURES) <= set(plan_features(fs.plan.unfused(g), hardware.H100)[0])
+
+
+def test_a_pooled_file_with_a_damaged_profile_is_refused(tmp_path: Any) -> None:
+    from fusionsearch.errors import CostModelError
+
+    X = np.random.default_rng(0).uniform(1, 10, size=(64, len(FEATURE_NAMES)))
+    good = {"NVIDIA H100 80GB HBM3": hardware.H100.to_dict(), "NVIDIA H200": hardware.H200.to_dict()}
+    model = LearnedCostModel(max_iter=5, n_bags=1).fit(X, np.full(64, 5.0))
+    path = str(tmp_path / "pooled.npz")
+    model.set_hardware({"name": "NVIDIA H100 80GB HBM3 + NVIDIA H200", "gpus": sorted(good), "profiles": good})
+    assert load(model.save(path)).hardware_["profiles"] == good
+    bad = {**good, "NVIDIA H200": {**good["NVIDIA H200"], "sm_clock_mhz": -1.0}}
+    model.set_hardware({"name": "two", "gpus": sorted(good), "profiles": bad})
+    with pytest.raises(CostModelError, match="its hardware profile is refused: .*sm_clock_mhz must be a finite"):
+        load(model.save(path))
+    model.set_hardware({"name": "two", "gpus": "NVIDIA H200"})
+    with pytest.raises(CostModelError, match="gpus is not a list of GPU names"):
+        load(model.save(path))
