@@ -729,10 +729,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bags", type=_whole(1), default=5, help="models averaged, each on 80%% of the graphs (default 5)")
     p.add_argument("--graphs", type=_whole(1), default=None,
                    help="train on the first N graphs of each dataset only, in collection order (default: all)")
-    p.add_argument("--target", choices=("kernel", "graph", "balanced"), default="graph",
-                   help="what the trees fit: each kernel's log ratio to the roofline less its graph's mean (graph, "
-                        "default: the shipped model's), that ratio itself (kernel), or the kernel ratio with every "
-                        "graph weighing the same (balanced)")
+    p.add_argument("--target", choices=("kernel", "graph", "balanced"), default="kernel",
+                   help="what the trees fit: each kernel's log ratio to the roofline (kernel, default: the shipped "
+                        "model's), that less its graph's mean (graph), or the kernel ratio with every graph weighing "
+                        "the same (balanced)")
     p.add_argument("--no-width-split", action="store_true",
                    help="one set of models for every kernel (default: graphs with 16-bit matmul operands get "
                         "their own, which price all but fp32 matmul templates)")
