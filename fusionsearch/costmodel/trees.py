@@ -207,9 +207,10 @@ def _check_trees(t: Trees) -> None:
             tree = int(np.searchsorted(t.starts, i, side="right") - 1)
             raise CostModelError(f"tree {tree}: node {local[i]}'s {side} child {child[i]} is not after it within "
                                  f"the tree's {size[i]} nodes (a cycle or an index out of range)")
-    bad = np.flatnonzero(inner & ((t.feature < 0) | (t.feature >= t.n_features)))
+    # every node's, a leaf's too: the predictor reads a feature for each pair still walking, at a leaf or not
+    bad = np.flatnonzero((t.feature < 0) | (t.feature >= t.n_features))
     if len(bad):
-        raise CostModelError(f"node {bad[0]} splits on feature {t.feature[bad[0]]}, outside 0..{t.n_features - 1}")
+        raise CostModelError(f"node {bad[0]} names feature {t.feature[bad[0]]}, outside 0..{t.n_features - 1}")
     if np.isnan(t.threshold[inner]).any() or not np.isfinite(t.value[t.is_leaf]).all():
         raise CostModelError("trees hold a NaN threshold or a non-finite leaf value")
     _ = t.depths  # refuses a tree deeper than MAX_DEPTH

@@ -104,6 +104,8 @@ def test_a_tree_is_walked_with_its_threshold_and_missing_direction() -> None:
     ({"right": np.array([7, 0, 0], dtype=np.int32)}, "node 0's right child 7 is not after it within"),
     ({"right": np.array([-1, 0, 0], dtype=np.int32)}, "right child -1"),
     ({"feature": np.array([2, 0, 0], dtype=np.int32)}, "feature 2, outside 0..1"),
+    # a leaf's feature too: the predictor reads one for every pair still walking, those at a leaf included
+    ({"feature": np.array([1, -2147480316, 0], dtype=np.int32)}, "node 1 names feature -2147480316"),
     ({"threshold": np.array([np.nan, 0.0, 0.0])}, "NaN threshold"),
     ({"value": np.array([0.0, np.inf, 0.0])}, "non-finite leaf"),
     ({"left": np.array([1, 0, 0], dtype=np.int64)}, "left must be a 1-D int32"),
@@ -247,7 +249,7 @@ class Marker:
 @pytest.mark.parametrize(("case", "match"), [
     ("self_child", r"models: tree 0: node 0's left child 0 is not after it .*a cycle"),
     ("child_out_of_range", r"models: tree 0: node 0's right child 100000 is not after it within the tree's"),
-    ("feature_out_of_range", rf"models: node 0 splits on feature {len(FEATURE_NAMES)}, outside"),
+    ("feature_out_of_range", rf"models: node 0 names feature {len(FEATURE_NAMES)}, outside"),
     ("wrong_dtype", r"member models.left: expected a 1-D int32 array .* found int64"),
     ("bad_offsets", r"compiled_models: its node offsets do not split"),
     ("missing_member", r"not a fusionsearch model archive \(missing narrow_models.value; unexpected none\)"),
