@@ -26,18 +26,15 @@ MULTIPROCESSORS = 132  # H100/H200 SXM: the power-of-two rule needs only the ord
 # sk4` (29.1 / 28.5 us at 1 / 16 rows); mm_bias_gelu M16 (K 4096) `dot n64 k32 sk8 w8 s4` (18.0). Then the
 # earlier sweep's (h100-2026-12-05-decode-sweep, old flush): fma at one row of w8, dot n64 k128 at 4 and 16 rows,
 # and the 2-D-accumulator form of the fastest standalone int4 GEMV (h100-2026-12-05d-w4-pairs/explore).
-# Since 2026-12-07 g, gpt-fast's form at Llama-2-7B's four shapes leads (h100-2026-12-07g-int8-linear-m1: at one
-# row `dot n64 k128` at split 4 or 8 was the fastest of 104-144 configs on every shape, 13.0-24.3 us, raced
-# against Inductor's max-autotune code with the backend's race timer; the search of 8 trials had missed it).
 KNOWN_GOOD: tuple[DecodeConfig, ...] = (
-    DecodeConfig(64, 128, 4, 4, 3, "dot"),
-    DecodeConfig(64, 128, 8, 4, 3, "dot"),
     DecodeConfig(128, 64, 8, 4, 3, "dot_t"),
     DecodeConfig(64, 128, 4, 4, 3, "dot_t"),
     DecodeConfig(256, 32, 16, 4, 3, "dot_t"),
     DecodeConfig(64, 32, 8, 8, 4, "dot"),
     DecodeConfig(256, 16, 16, 8, 4, "fma"),
     DecodeConfig(128, 32, 16, 4, 3, "fma"),
+    DecodeConfig(64, 128, 4, 4, 3, "dot"),
+    DecodeConfig(64, 128, 8, 4, 3, "dot"),
     DecodeConfig(64, 128, 4, 4, 3, "fma_acc"),
 )
 # Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same folder,
