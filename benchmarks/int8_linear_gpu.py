@@ -121,7 +121,7 @@ def main() -> None:
         inductor_reason = ""
         # Inductor as max-autotune compiles it and, above one row (where its int8 rewrite to
         # aten._weight_int8pack_mm is not pre-empted), without that rewrite too: the faster is PyTorch's best
-        for name, off in ((INDUCTOR, False), *(((INDUCTOR_NO_WOQ, True),) if rows > 1 else ())):
+        for name, off in [(INDUCTOR, False)] + ([(INDUCTOR_NO_WOQ, True)] if rows > 1 else []):
             WoqRewrite.off = off
             try:
                 with WoqRewrite.uncached():

@@ -48,7 +48,7 @@ from fusionsearch.errors import FusionSearchError, SpecError, check_names, failu
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
-from fusionsearch.search.options import MEASURE, TRIALS
+from fusionsearch.search.options import MEASURE, TRIALS, SearchOptions
 
 __all__ = ["BackendOptions", "BackendStats", "backend", "backend_options", "fusionsearch_backend", "tune_model"]
 
@@ -90,10 +90,7 @@ class BackendOptions:
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
             raise SpecError(f"fallback {self.fallback!r}: use {' or '.join(FALLBACKS)}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
-        if isinstance(self.measure, bool) or not isinstance(self.measure, int) or self.measure < 0:
-            raise SpecError(f"measure must be a whole number of plans (0: as many as trials), got {self.measure!r}")
+        SearchOptions(trials=self.trials, measure=self.measure)  # the search's own checks of what it is passed
         if self.inductor not in INDUCTOR_MODES:
             raise SpecError(f"inductor {self.inductor!r}: use {' or '.join(INDUCTOR_MODES)}")
         for name in ("race", "cudagraphs", "progress", "step_race", "inductor_regions"):
