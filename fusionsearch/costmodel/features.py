@@ -20,7 +20,7 @@ from fusionsearch.errors import CostModelError, FusionSearchError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import get_op
 from fusionsearch.graph.spec import graph_from_dict
-from fusionsearch.kinds import kind_of
+from fusionsearch.kinds import all_kinds, kind_of
 from fusionsearch.kinds.counting import bits, loaded
 from fusionsearch.kinds.triton_source.dtypes import LOW_PRECISION, compute_dtype
 from fusionsearch.plan import CodegenOptions, Plan
@@ -147,8 +147,11 @@ def kernel_features(plan: Plan, index: int, hw: Hardware, estimate: Estimate | N
     f.update(_analytic(ke, hw))
     f.update(hardware_features(hw, ke.bytes_read + ke.bytes_written, ke.flops))
     kind = kind_of(k)
-    if f"kind_{k.kind}" in f:  # library matmuls (and kinds added since schema v4) have no bit: see library_rows
-        f["kind_" + k.kind] = 1.0
+    if kind.onehot is not None:  # the library and kinds the model was not trained on have none: see library_rows
+        if kind.onehot not in f:
+            raise CostModelError(f"kernel kind {k.kind!r} names {kind.onehot!r} as its one-hot feature, which is "
+                                 f"not a feature of schema v{FEATURE_SCHEMA_VERSION}; name one of FEATURE_NAMES")
+        f[kind.onehot] = 1.0
 
     upcasts, upcast = 0, _upcast_by_region(plan.options)
     for region, nodes in kind.regions(k).items():
@@ -272,13 +275,15 @@ def _features_of_row(row: Mapping[str, Any], graphs: dict[str, OpGraph | None],
 
 
 def library_rows(X: np.ndarray) -> np.ndarray:
-    """Which rows are library matmuls (LibraryKernel): schema v3 has no kind bit for them, since no measured
-    dataset holds one, so all their kind bits are zero and the learned model prices them by the analytic
-    model's library figure (ANALYTIC_FEATURE) instead of by its own. (Decode kernels have a bit, and share the
-    template's features on their own blocks: until measured rows of them exist, the trees, which never split
-    on that bit, price them as the template of the same blocks.)"""
-    kinds = [FEATURE_NAMES.index(f"kind_{kind}") for kind in ("template", "pointwise", "extern", "decode", "grouped")]
-    return ~X[:, kinds].any(axis=1)
+    """Which rows are of kinds without a one-hot bit (KernelKind.onehot None): library matmuls (LibraryKernel),
+    since no measured dataset holds one, and any kind registered without a bit. All their kind bits are zero,
+    and the learned model, which never saw them, prices them by their kind's own analytic estimate
+    (ANALYTIC_FEATURE) instead of by its own. (Decode kernels have a bit, and share the template's features on
+    their own blocks: until measured rows of them exist, the trees, which never split on that bit, price them
+    as the template of the same blocks.)"""
+    onehots = {k.onehot for k in all_kinds() if k.onehot in FEATURE_NAMES}
+    bits = [FEATURE_NAMES.index(name) for name in sorted(onehots, key=FEATURE_NAMES.index)]
+    return ~X[:, bits].any(axis=1)
 
 
 def to_matrix(rows: Sequence[Mapping[str, float]]) -> np.ndarray:

@@ -20,6 +20,7 @@ from fusionsearch.costmodel.features import plan_features, to_matrix
 from fusionsearch.costmodel.hardware import Hardware
 from fusionsearch.costmodel.learned import LearnedCostModel, blind_to_compiled, library_priced
 from fusionsearch.errors import CostModelError
+from fusionsearch.kinds import kind_of
 from fusionsearch.plan import Plan
 
 if TYPE_CHECKING:
@@ -57,8 +58,9 @@ class StudyRefit:
             raise CostModelError(f"{len(kernel_us)} kernel times for a plan of {len(plan.kernels)} kernels")
         X = to_matrix(plan_features(plan, self.hw))
         for row, t, k in zip(X, kernel_us, plan.kernels, strict=True):
-            # a library matmul is priced by the analytic model, never by the model being corrected
-            if np.isfinite(t) and t > 0 and k.kind != "library":
+            # a kind without a one-hot bit (the library) is priced by its analytic estimate, never by the model
+            # being corrected (features.library_rows)
+            if np.isfinite(t) and t > 0 and kind_of(k).onehot is not None:
                 self._X.append(row)
                 self._y.append(float(t))
         self._since += 1

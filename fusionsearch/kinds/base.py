@@ -53,6 +53,13 @@ class KernelKind(ABC):
     name: ClassVar[str]
     kernel_type: ClassVar[type]
     runs_triton: ClassVar[bool] = False  # whether its module code launches Triton kernels
+    # The learned cost model's one-hot feature naming this kind (costmodel/features.py FEATURE_NAMES), or None:
+    # a kind the shipped model was never trained on has no bit, and the learned model prices its kernels by
+    # the kind's own analytic estimate (features.library_rows).
+    onehot: ClassVar[str | None] = None
+    # Whether its kernels run in PyTorch's own (vendor library) call rather than generated code: a search
+    # offers its choices only when asked for the library (enumerate_space(library=True)).
+    runs_in_library: ClassVar[bool] = False
 
     def from_dict(self, d: dict[str, Any], where: str) -> KernelValue:
         """The kernel value a plan file's entry describes (SpecError/PlanError say what is wrong)."""

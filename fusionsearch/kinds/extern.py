@@ -14,6 +14,7 @@ class ExternKind(KernelKind):
     """ExternKernel: its inputs read once, its output written once, its arithmetic not modelled."""
 
     name = "extern"
+    onehot = "kind_extern"
     kernel_type = ExternKernel
 
     def estimate(self, g: OpGraph, kernel: ExternKernel, i: int, stored: set[str], hw: Hardware) -> KernelEstimate:

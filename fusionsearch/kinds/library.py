@@ -24,6 +24,7 @@ class LibraryKind(MatmulKind):
     """LibraryKernel: offered by a space built with `library=True`; nothing can be fused into it."""
 
     name = "library"
+    runs_in_library = True  # offered only in a space built with library=True; no one-hot bit
     kernel_type = LibraryKernel
 
     def estimate(self, g: OpGraph, kernel: LibraryKernel, i: int, stored: set[str], hw: Hardware) -> KernelEstimate:

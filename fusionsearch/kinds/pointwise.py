@@ -23,6 +23,7 @@ class PointwiseKind(KernelKind):
     """PointwiseKernel: its leaves read once, the values it stores written once, one CTA per XBLOCK elements."""
 
     name = "pointwise"
+    onehot = "kind_pointwise"
     kernel_type = PointwiseKernel
     runs_triton = True
 

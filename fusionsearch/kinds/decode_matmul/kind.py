@@ -26,6 +26,7 @@ class DecodeKind(MatmulKind):
     """DecodeKernel: one choice per decode config, offered for matmuls of at most 16 rows."""
 
     name = "decode"
+    onehot = "kind_decode"
     kernel_type = DecodeKernel
     runs_triton = True
     compiled_features = True

@@ -27,6 +27,7 @@ class GroupedKind(MatmulKind):
     """GroupedKernel: one choice per grouped config, offered for the bmms routing.expert_routing recognises."""
 
     name = "grouped"
+    onehot = "kind_grouped"
     kernel_type = GroupedKernel
     runs_triton = True
     compiled_features = True

@@ -35,6 +35,7 @@ class TemplateKind(MatmulKind):
     """TemplateKernel: one choice per tile config the search space offers for the matmul."""
 
     name = "template"
+    onehot = "kind_template"
     kernel_type = TemplateKernel
     runs_triton = True
     compiled_features = True  # its features include what the compiled kernel uses (plan.resources)
