@@ -29,10 +29,10 @@ import fusionsearch as fs
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.costmodel.analytic import fits
 from fusionsearch.errors import failure_reason
+from fusionsearch.kinds.matmul_template.configs import config_candidates
 from fusionsearch.measure.bench import time_callable
 from fusionsearch.measure.validate import TOLERANCE, rel_error
 from fusionsearch.plan import heuristic
-from fusionsearch.search.space import config_candidates
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.harness import add_out, geomean, out_file, run_facts, write_json  # noqa: E402

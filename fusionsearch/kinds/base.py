@@ -120,6 +120,17 @@ class MatmulKind(KernelKind):
         """The labels the search space offers for running `mm` as this kind (at most `limit`), each unique
         across kinds (prefix them with the kind's name)."""
 
+    def offers(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
+               limit: int) -> tuple[tuple[str, object], ...]:
+        """(label, config value) of each of its `choices` for `mm`: a kind whose labels stand for typed configs
+        gives the values (the search space keeps them beside the labels); by default a label stands for itself."""
+        return tuple((label, label) for label in self.choices(g, mm, fits, limit))
+
+    def known_good(self, g: OpGraph, mm: str) -> tuple[str, ...]:
+        """Labels of its choices known to run `mm` well: the search seeds its study with the first two of them
+        that it offers (none by default)."""
+        return ()
+
     @abstractmethod
     def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> KernelValue:

@@ -92,7 +92,7 @@ def _check_shared_a(g: OpGraph, k: TemplateKernel, s: str, where: str) -> None:
     read from memory, no bias, and no split of K (each split would need its own partial sums of both)."""
     main = template_operands(g, k.matmul)
     ops = template_operands(g, s)
-    if k.kind != "template":
+    if not getattr(k, "has_tile_config", False):
         raise PlanError(f"{where}: only the template kind runs a second matmul ({s!r}) in its K loop")
     if g.node(s).op != g.node(k.matmul).op or ops["A"] != main["A"] or problem(g, s) != problem(g, k.matmul):
         raise PlanError(f"{where}: matmul {s!r} in the epilogue must be a {g.node(k.matmul).op} on the same A operand "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from fusionsearch.errors import PlanError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
@@ -112,6 +112,9 @@ class TemplateKernel(FusedMatmulKernel):
     epilogue: tuple[str, ...] = ()
     config: TileConfig = field(default_factory=TileConfig)
     kind: Literal["template"] = "template"
+    # Its `config` is a plan TileConfig (Plan.with_config may swap it; a second matmul may share its K loop).
+    # A kernel type without this attribute has none.
+    has_tile_config: ClassVar[bool] = True
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str) -> TemplateKernel:

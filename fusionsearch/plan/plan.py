@@ -63,7 +63,7 @@ class Plan:
 
     def with_config(self, cfg: TileConfig) -> Plan:
         """The same plan with every matmul template on tile config `cfg` (benchmarks sweeping configs)."""
-        kernels = tuple(replace(k, config=cfg) if k.kind == "template" else k for k in self.kernels)
+        kernels = tuple(replace(k, config=cfg) if getattr(k, "has_tile_config", False) else k for k in self.kernels)
         return replace(self, kernels=kernels)
 
     def with_options(self, **overrides: Any) -> Plan:

@@ -1,11 +1,11 @@
-"""The candidate space: fusion options per group of pointwise/layout/indexing nodes, tile configs per matmul.
+"""The candidate space: fusion options per group of pointwise/layout/indexing nodes, choices per matmul.
 
 A group is a connected set of fusable nodes between matmuls (and graph inputs/outputs). Each group runs
 standalone, as the epilogue of a matmul that produces one of its inputs, or as the prologue of a consuming
 matmul's A or B operand; only options legal on their own are offered, combinations are checked per trial.
-A matmul's choices come from the registered matmul kinds (fusionsearch.kinds): the template's tile configs,
-in a space built with `library=True` PyTorch's own matmul (cuBLAS, legal only where nothing is fused into it),
-and the choices of any other matmul kind registered."""
+A matmul's choices are those of every registered matmul kind (fusionsearch.kinds) that accepts it, in
+registration order; a kind run in PyTorch's own matmul library (KernelKind.runs_in_library) is offered only in
+a space built with `library=True` (legal only where nothing is fused into it)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,6 @@ import networkx as nx
 from fusionsearch.errors import GraphError, PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.kinds import MatmulKind, get, matmul_kinds
-from fusionsearch.kinds.library import LIBRARY  # a matmul's config choice: PyTorch's matmul (cuBLAS), nothing fused
-from fusionsearch.kinds.matmul_template.configs import (
-    KNOWN_GOOD_LARGE_M,
-    KNOWN_GOOD_SMALL_M,
-    config_candidates,
-    known_good,
-)
 from fusionsearch.plan import (
     FUSABLE,
     MAX_FUSED_DEPTH,
@@ -42,13 +35,11 @@ from fusionsearch.plan import (
     template_operands,
 )
 
-__all__ = ["KNOWN_GOOD_LARGE_M", "KNOWN_GOOD_SMALL_M", "LIBRARY", "STANDALONE", "Group", "Space", "config_candidates",
-           "enumerate_space", "fusion_groups", "kind_seed_plans", "known_good", "random_plans", "seed_plans"]
+__all__ = ["STANDALONE", "Choice", "Group", "Space", "enumerate_space", "fusion_groups", "kind_seed_plans",
+           "random_plans", "seed_plans"]
 
 STANDALONE = "standalone"
-# The matmul kinds whose choices the space holds in its own fields (configs, library); every other registered
-# matmul kind's choices go in Space.others.
-_BUILT_IN_MATMUL_KINDS = ("template", "library")
+
 
 @dataclass(frozen=True)
 class Group:
@@ -60,35 +51,58 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """One way to run a matmul: choice `label` of the registered matmul kind `kind`; `value` is the config it
+    stands for (MatmulKind.offers: a TileConfig, a kind's own config, or the label itself)."""
+
+    label: str
+    kind: str
+    value: object
+
+
+@dataclass(frozen=True)
 class Space:
-    """Everything a trial chooses: one option per group, one tile config (or the library, or another registered
-    matmul kind's choice) per matmul."""
+    """Everything a trial chooses: one option per group, one choice of a registered matmul kind per matmul."""
 
     graph: OpGraph
     groups: tuple[Group, ...]
     matmuls: tuple[str, ...]  # node names; mm keys are "mm<i>"
-    configs: tuple[tuple[TileConfig, ...], ...]
-    library: bool = False  # each matmul may also run in PyTorch's matmul (the LIBRARY choice)
-    others: tuple[tuple[tuple[str, str], ...], ...] = ()  # per matmul: (label, kind name) of other matmul kinds
+    choices: tuple[tuple[Choice, ...], ...]  # per matmul, in registration order of the kinds; the first: default
+    library: bool = False  # built with the kinds run in PyTorch's matmul library offered too
+
+    @functools.cached_property
+    def _by_label(self) -> tuple[dict[str, Choice], ...]:
+        """Per matmul, its choices by label: a trial's parameter turns into its kernel by one lookup."""
+        return tuple({c.label: c for c in cs} for cs in self.choices)
+
+    @property
+    def configs(self) -> tuple[tuple[TileConfig, ...], ...]:
+        """Per matmul, the plan TileConfigs among its choices (the kinds whose kernels run on one)."""
+        return tuple(tuple(c.value for c in cs if isinstance(c.value, TileConfig)) for cs in self.choices)
+
+    @property
+    def others(self) -> tuple[tuple[tuple[str, str], ...], ...]:
+        """Per matmul, (label, kind name) of its choices that are neither TileConfigs nor run in the library
+        (the decode, grouped and any outside kind's); () when no matmul has one."""
+        out = tuple(self._others(i) for i in range(len(self.matmuls)))
+        return out if any(out) else ()
 
     def _others(self, i: int) -> tuple[tuple[str, str], ...]:
-        return self.others[i] if self.others else ()
+        return tuple((c.label, c.kind) for c in self.choices[i]
+                     if not isinstance(c.value, TileConfig) and not get(c.kind).runs_in_library)
 
     def mm_key(self, name: str) -> str:
         return f"mm{self.matmuls.index(name)}"
 
     def size(self) -> int:
-        """Number of distinct (fusion, config) combinations."""
-        return math.prod(len(g.options) for g in self.groups) * math.prod(
-            len(c) + self.library + len(self._others(i)) for i, c in enumerate(self.configs))
+        """Number of distinct (fusion, matmul choice) combinations."""
+        return math.prod(len(g.options) for g in self.groups) * math.prod(len(cs) for cs in self.choices)
 
     def parameter_choices(self) -> dict[str, tuple[str, ...]]:
-        """Each trial parameter's name and its choices: one fusion option per group, one config (or the
-        library) per matmul."""
+        """Each trial parameter's name and its choices: one fusion option per group, one matmul kind's choice
+        per matmul."""
         out = {f"{grp.key}.fusion": tuple(grp.options) for grp in self.groups}
-        lib = (LIBRARY,) if self.library else ()
-        out.update({f"mm{i}.config": (*(c.short() for c in cfgs), *lib, *(label for label, _ in self._others(i)))
-                    for i, cfgs in enumerate(self.configs)})
+        out.update({f"mm{i}.config": tuple(c.label for c in cs) for i, cs in enumerate(self.choices)})
         return out
 
     def suggest(self, trial: Any) -> dict[str, str]:
@@ -125,21 +139,26 @@ class Space:
                 out[n] = _decision(self, opt, grp.key)
         return out
 
+    def choice(self, i: int, label: object) -> Choice:
+        """Matmul `i`'s choice named `label` (its first, the default, when None); PlanError naming an unknown one."""
+        if label is None:
+            return self.choices[i][0]
+        found = self._by_label[i].get(str(label))
+        if found is None:
+            raise PlanError(f"mm{i}.config: {label!r} is not a choice for matmul {self.matmuls[i]!r} (it has "
+                            f"{len(self.choices[i])}, the first {self.choices[i][0].label!r})")
+        return found
+
     def plan(self, params: Mapping[str, object]) -> Plan:
-        """The plan for a full set of trial parameters; PlanError when the combination is illegal."""
+        """The plan for a full set of trial parameters (a matmul without one: its first choice); PlanError when
+        the combination is illegal or a choice is not the space's."""
         fusion = {k: str(v) for k, v in params.items() if k.endswith(".fusion")}
-        configs, library, makers = {}, [], {}
+        makers = {}
         for i, mm in enumerate(self.matmuls):
-            label = params.get(f"mm{i}.config")
-            if label == LIBRARY and self.library:
-                library.append(mm)
-            other = dict(self._others(i)).get(str(label))
-            if other is not None:
-                makers[mm] = _maker(other, mm, str(label))
-                fusion.update(self._required_fusion(i, mm, other))
-            configs[mm] = next((c for c in self.configs[i] if c.short() == label), self.configs[i][0])
-        decisions = self.decisions(fusion)
-        return build_plan(self.graph, decisions, configs, library=library, matmul_kernels=makers)
+            chosen = self.choice(i, params.get(f"mm{i}.config"))
+            makers[mm] = _maker(chosen.kind, mm, chosen.label)
+            fusion.update(self._required_fusion(i, mm, chosen.kind))
+        return build_plan(self.graph, self.decisions(fusion), matmul_kernels=makers)
 
     def _required_fusion(self, i: int, mm: str, kind_name: str) -> dict[str, str]:
         """The fusion options that the matmul kind `kind_name` needs for matmul `mm` (its required prologue's
@@ -155,10 +174,18 @@ class Space:
                     out[f"{grp.key}.fusion"] = option
         return out
 
-    def params_for(self, decisions: Mapping[str, Decision], configs: Mapping[str, TileConfig] | None = None,
+    def known_good(self, i: int) -> list[str]:
+        """Labels of matmul `i`'s choices that their kinds know to run it well (MatmulKind.known_good)."""
+        kinds = dict.fromkeys(c.kind for c in self.choices[i])
+        mm = self.matmuls[i]
+        return [label for name in kinds for label in _matmul_kind(name).known_good(self.graph, mm)
+                if label in self._by_label[i]]
+
+    def params_for(self, decisions: Mapping[str, Decision], labels: Mapping[str, str] | None = None,
                    library: bool = False) -> dict[str, str]:
-        """Trial parameters reproducing whole-group decisions (used to seed the study with known plans);
-        `library`: every matmul on the LIBRARY choice (where the space offers it)."""
+        """Trial parameters reproducing whole-group decisions (used to seed the study with known plans): each
+        matmul on its choice in `labels` where the space offers it, else its first; `library`: every matmul on
+        the first choice of a kind run in the library (where the space offers one)."""
         params: dict[str, str] = {}
         for grp in self.groups:
             opts = {_decision(self, o, grp.key): o for o in grp.options}
@@ -167,29 +194,35 @@ class Space:
                 d = ("standalone",)
             params[f"{grp.key}.fusion"] = opts.get(d, STANDALONE)
         for i, mm in enumerate(self.matmuls):
-            cfg = (configs or {}).get(mm, self.configs[i][0])
-            params[f"mm{i}.config"] = cfg.short() if cfg in self.configs[i] else self.configs[i][0].short()
-            if library and self.library:
-                params[f"mm{i}.config"] = LIBRARY
+            label = (labels or {}).get(mm)
+            params[f"mm{i}.config"] = label if label in self._by_label[i] else self.choices[i][0].label
+            if library:
+                params[f"mm{i}.config"] = next((c.label for c in self.choices[i] if get(c.kind).runs_in_library),
+                                               params[f"mm{i}.config"])
         return params
 
     def describe(self) -> str:
         lines = [f"{len(self.groups)} fusion groups, {len(self.matmuls)} matmuls, {self.size():,} combinations"]
         for grp in self.groups:
             lines.append(f"  {grp.key} [{', '.join(grp.nodes)}]: {', '.join(grp.options)}")
-        lib = " or the library (PyTorch's matmul)" if self.library else ""
         for i, mm in enumerate(self.matmuls):
-            more = "".join(f" or {label}" for label, _ in self._others(i))
-            lines.append(f"  mm{i} {mm}: {len(self.configs[i])} tile configs{lib}{more}")
+            counts: dict[str, int] = {}
+            for c in self.choices[i]:
+                counts[c.kind] = counts.get(c.kind, 0) + 1
+            lines.append(f"  mm{i} {mm}: " + ", ".join(f"{n} {kind}" for kind, n in counts.items()) + " choices")
         return "\n".join(lines)
+
+
+def _matmul_kind(kind_name: str) -> MatmulKind:
+    kind = get(kind_name)
+    if not isinstance(kind, MatmulKind):
+        raise PlanError(f"kernel kind {kind_name!r} cannot run a matmul")
+    return kind
 
 
 def _maker(kind_name: str, mm: str, label: str) -> MatmulKernelMaker:
     """What builds matmul `mm`'s kernel as choice `label` of the registered matmul kind `kind_name`."""
-    kind = get(kind_name)
-    if not isinstance(kind, MatmulKind):
-        raise PlanError(f"kernel kind {kind_name!r} cannot run a matmul")
-    return functools.partial(kind.kernel, mm, label)
+    return functools.partial(_matmul_kind(kind_name).kernel, mm, label)
 
 
 def _decision(space: Space, option: str, group_key: str) -> Decision:
@@ -230,11 +263,11 @@ def _stages(g: OpGraph, order: list[str], comp: set[str]) -> dict[str, int]:
 
 
 def _legal_groups(g: OpGraph, groups_nodes: Sequence[Sequence[str]], matmuls: tuple[str, ...],
-                  cfgs: tuple[tuple[TileConfig, ...], ...]) -> list[Group]:
+                  choices: tuple[tuple[Choice, ...], ...]) -> list[Group]:
     """Each group of fusable nodes with the fusion options legal for it on its own (standalone, the epilogue of
     a matmul it reads, a prologue of a matmul whose operand it makes)."""
     probe = Space(g, tuple(Group(f"g{i}", tuple(nodes), (STANDALONE,)) for i, nodes in enumerate(groups_nodes)),
-                  matmuls, cfgs)
+                  matmuls, choices)
     groups = []
     window = _Window(g, [tuple(nodes) for nodes in groups_nodes])
     for i, nodes in enumerate(groups_nodes):
@@ -255,26 +288,47 @@ def _legal_groups(g: OpGraph, groups_nodes: Sequence[Sequence[str]], matmuls: tu
 
 def enumerate_space(g: OpGraph, fits: object = None, max_configs: int = 48,
                     configs: Mapping[str, tuple[TileConfig, ...]] | None = None, library: bool = False) -> Space:
-    """Build the candidate space of a graph: legal options per group, tile configs per matmul (and with
-    `library`, PyTorch's matmul as one more choice for each)."""
+    """Build the candidate space of a graph: legal options per group, per matmul the choices of every
+    registered matmul kind that accepts it (at most `max_configs` a kind; with `library`, those of the kinds
+    run in PyTorch's matmul library too). `configs`: per matmul, the tile configs offered instead of the
+    candidates of the kinds whose kernels run on one (plan kernels' `has_tile_config`)."""
     matmuls = tuple(g.nodes_of_kind("template"))
     groups_nodes = fusion_groups(g)
-    cfgs = tuple((configs or {}).get(mm) or config_candidates(g, mm, fits, max_configs) for mm in matmuls)
-    others = tuple(tuple((label, kind.name) for kind in matmul_kinds() if kind.name not in _BUILT_IN_MATMUL_KINDS
-                         and kind.accepts(g, mm) for label in kind.choices(g, mm, fits, max_configs))  # type: ignore[arg-type]
-                   for mm in matmuls)
-    groups = _legal_groups(g, groups_nodes, matmuls, cfgs)
+    choices = tuple(_choices(g, mm, fits, max_configs, (configs or {}).get(mm), library) for mm in matmuls)
+    groups = _legal_groups(g, groups_nodes, matmuls, choices)
     # No kernel can hold such a group whole: first cut it into bands of dependent nodes a kernel can hold (a chain
     # longer than MAX_FUSED_DEPTH), then, for what is still homeless (values of several shapes), its nodes one by one
     for split in (_depth_bands, lambda _, nodes: [(n,) for n in nodes]):
         if all(grp.options for grp in groups):
             break
         groups_nodes = [part for grp in groups for part in ([grp.nodes] if grp.options else split(g, grp.nodes))]
-        groups = _legal_groups(g, groups_nodes, matmuls, cfgs)
+        groups = _legal_groups(g, groups_nodes, matmuls, choices)
     if empty := [grp for grp in groups if not grp.options]:
         raise GraphError(f"no kernel can run node {empty[0].nodes[0]!r} ({g.node(empty[0].nodes[0]).op}) as the "
                          "search builds kernels")
-    return Space(g, tuple(groups), matmuls, cfgs, library, others if any(others) else ())
+    return Space(g, tuple(groups), matmuls, choices, library)
+
+
+def _choices(g: OpGraph, mm: str, fits: object, limit: int, tiles: tuple[TileConfig, ...] | None,
+             library: bool) -> tuple[Choice, ...]:
+    """Matmul `mm`'s choices: each registered matmul kind's offers, in registration order; a label offered by
+    two kinds is a PlanError (a trial's label must name one kernel)."""
+    out: dict[str, Choice] = {}
+    for kind in matmul_kinds():
+        if (kind.runs_in_library and not library) or not kind.accepts(g, mm):
+            continue
+        if tiles and getattr(kind.kernel_type, "has_tile_config", False):
+            offers: Iterable[tuple[str, object]] = ((c.short(), c) for c in tiles)
+        else:
+            offers = kind.offers(g, mm, fits, limit)  # type: ignore[arg-type]
+        for label, value in offers:
+            if label in out and out[label].kind != kind.name:
+                raise PlanError(f"kernel kinds {out[label].kind!r} and {kind.name!r} both offer choice {label!r} "
+                                f"for matmul {mm!r}; prefix a kind's labels with its name")
+            out.setdefault(label, Choice(label, kind.name, value))
+    if not out:
+        raise GraphError(f"no registered matmul kind can run matmul {mm!r} ({g.node(mm).op})")
+    return tuple(out.values())
 
 
 def _depth_bands(g: OpGraph, nodes: Sequence[str]) -> list[tuple[str, ...]]:
@@ -376,19 +430,19 @@ def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, 
 
 def seed_plans(space: Space) -> list[dict[str, str]]:
     """Parameters of the plans every study starts from: all unfused, and the heuristic (epilogues fused,
-    prologues by the bytes rule), each with the default and the first two known-good tile configs; where the
+    prologues by the bytes rule), each with the default and the first two known-good choices (MatmulKind.known_good); where the
     space offers the library, also all unfused with every matmul in it (what eager PyTorch runs); where it
     offers other matmul kinds, the heuristic on their first choices."""
     g = space.graph
     fused = fused_decisions(g, prologue_bytes_ok)
     seeds = [space.params_for({}), space.params_for(fused)]
-    for j in range(2):  # the heuristic and the unfused plan with the first known-good configs
-        configs = {}
+    for j in range(2):  # the heuristic and the unfused plan with the first known-good choices
+        labels = {}
         for i, mm in enumerate(space.matmuls):
-            good = [c for c in known_good(g, mm) if c in space.configs[i]]
+            good = space.known_good(i)
             if good:
-                configs[mm] = good[j % len(good)]
-        seeds += [space.params_for(fused, configs), space.params_for({}, configs)]
+                labels[mm] = good[j % len(good)]
+        seeds += [space.params_for(fused, labels), space.params_for({}, labels)]
     if space.library:
         seeds.append(space.params_for({}, library=True))
     seeds += kind_seed_plans(space)

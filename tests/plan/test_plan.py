@@ -372,7 +372,7 @@ def test_tile_config_refuses_bad_values(kwargs: dict[str, object], message: str)
 
 
 def test_tile_config_bounds_admit_every_config_the_search_and_benchmarks_use() -> None:
-    from fusionsearch.search.space import KNOWN_GOOD_LARGE_M, KNOWN_GOOD_SMALL_M
+    from fusionsearch.kinds.matmul_template.configs import KNOWN_GOOD_LARGE_M, KNOWN_GOOD_SMALL_M
 
     for cfg in (*KNOWN_GOOD_SMALL_M, *KNOWN_GOOD_LARGE_M):
         assert cfg.shared_memory_bytes(2) <= P.MAX_SHARED_MEMORY_BYTES

@@ -21,9 +21,10 @@ from fusionsearch.costmodel.learned import LearnedCostModel
 from fusionsearch.costmodel.pricing import plan_times_us
 from fusionsearch.costmodel.refit import correct
 from fusionsearch.errors import PlanError
+from fusionsearch.kinds.library import LIBRARY
 from fusionsearch.measure import validate
 from fusionsearch.plan import LibraryKernel, Plan, PointwiseKernel, TemplateKernel
-from fusionsearch.search.space import LIBRARY, enumerate_space, random_plans, seed_plans
+from fusionsearch.search.space import enumerate_space, random_plans, seed_plans
 
 
 def _matmul_graphs(dtype: torch.dtype) -> list[fs.OpGraph]:

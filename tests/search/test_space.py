@@ -177,10 +177,12 @@ def test_the_heuristic_seed_fuses_what_the_bytes_rule_allows() -> None:
         assert (options != {STANDALONE}) == fused, (name, options)
 
 
-def test_space_plan_of_unknown_config_label_falls_back_to_the_default() -> None:
+def test_space_plan_of_unknown_config_label_is_an_error_naming_it_and_a_missing_one_is_the_default() -> None:
     g = fs.workload("mm_bias_gelu")
     s = _space(g)
-    plan = s.plan({"g0.fusion": "epilogue:mm0", "mm0.config": "no such label"})
+    with pytest.raises(fs.errors.PlanError, match="'no such label' is not a choice for matmul 'y'"):
+        s.plan({"g0.fusion": "epilogue:mm0", "mm0.config": "no such label"})
+    plan = s.plan({"g0.fusion": "epilogue:mm0"})
     assert _template(plan, "y").config == P.default_config(g, "y")
     assert _template(plan, "y").epilogue == ("y_bias", "out")
     for cfg in s.configs[0][:5]:

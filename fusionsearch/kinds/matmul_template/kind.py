@@ -4,6 +4,7 @@ config candidates in configs.py."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -21,7 +22,7 @@ from fusionsearch.kinds.counting import (
     pointwise_work,
     smem_bytes,
 )
-from fusionsearch.kinds.matmul_template.configs import config_candidates
+from fusionsearch.kinds.matmul_template.configs import config_candidates, known_good
 from fusionsearch.kinds.matmul_template.source import generate_template
 from fusionsearch.kinds.triton_source.matmul_tile import TileShape
 from fusionsearch.plan.build import default_config
@@ -79,11 +80,24 @@ class TemplateKind(MatmulKind):
 
     def choices(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
                 limit: int) -> tuple[str, ...]:
-        return tuple(c.short() for c in config_candidates(g, mm, fits, limit))
+        return tuple(label for label, _ in self.offers(g, mm, fits, limit))
+
+    def offers(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
+               limit: int) -> tuple[tuple[str, object], ...]:
+        return tuple((c.short(), c) for c in config_candidates(g, mm, fits, limit))
+
+    def known_good(self, g: OpGraph, mm: str) -> tuple[str, ...]:
+        return tuple(c.short() for c in known_good(g, mm))
 
     def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> TemplateKernel:
-        return TemplateKernel(mm, prologue_a, prologue_b, epilogue, TileConfig.from_short(label))
+        return TemplateKernel(mm, prologue_a, prologue_b, epilogue, _config(label))
+
+
+@functools.lru_cache(maxsize=4096)
+def _config(label: str) -> TileConfig:
+    """The tile config a choice label names (a search builds one plan per trial from the same few labels)."""
+    return TileConfig.from_short(label)
 
 
 def _l2_reuse(tiles_m: int, tiles_n: int, group_m: int, concurrent: int) -> tuple[float, float]:
