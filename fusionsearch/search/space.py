@@ -430,9 +430,9 @@ def random_plans(space: Space, count: int, rng: random.Random, plans: dict[str, 
 
 def seed_plans(space: Space) -> list[dict[str, str]]:
     """Parameters of the plans every study starts from: all unfused, and the heuristic (epilogues fused,
-    prologues by the bytes rule), each with the default and the first two known-good choices (MatmulKind.known_good); where the
-    space offers the library, also all unfused with every matmul in it (what eager PyTorch runs); where it
-    offers other matmul kinds, the heuristic on their first choices."""
+    prologues by the bytes rule), each with the default and the first two known-good choices
+    (MatmulKind.known_good); where the space offers the library, also all unfused with every matmul in it (what
+    eager PyTorch runs); where it offers other matmul kinds, the heuristic on their first choices."""
     g = space.graph
     fused = fused_decisions(g, prologue_bytes_ok)
     seeds = [space.params_for({}), space.params_for(fused)]
