@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import Replacement
-from fusionsearch.kinds.base import KernelCode, KernelKind, MatmulKind, ModuleContext
+from fusionsearch.kinds.base import KernelCode, KernelKind, MatmulKind, ModuleContext, Scratch
 from fusionsearch.kinds.counting import KernelEstimate
 from fusionsearch.kinds.decode_matmul import DECODE
 from fusionsearch.kinds.extern import EXTERN
@@ -21,8 +21,8 @@ from fusionsearch.kinds.matmul_template import TEMPLATE
 from fusionsearch.kinds.pointwise import POINTWISE
 from fusionsearch.plan.kernels import KernelValue, register_kernel_type, unregister_kernel_type
 
-__all__ = ["BUILTIN", "KernelCode", "KernelEstimate", "KernelKind", "MatmulKind", "ModuleContext", "all_kinds",
-           "compiled_kinds", "get",
+__all__ = ["BUILTIN", "KernelCode", "KernelEstimate", "KernelKind", "MatmulKind", "ModuleContext", "Scratch",
+           "all_kinds", "compiled_kinds", "get",
            "kind_of", "matmul_kinds", "reference_replacements", "register", "registered", "unregister"]
 
 _KINDS: dict[str, KernelKind] = {}

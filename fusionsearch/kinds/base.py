@@ -47,6 +47,17 @@ class KernelCode:
     note: str = ""
 
 
+@dataclass
+class Scratch:
+    """Scratch buffers a plan kernel's Triton kernels share beyond the plan's values: the module statements
+    that allocate them (kept per device between calls; fresh and poisoned under validation, so that an entry
+    never written cannot pass for a previous call's), and per generated kernel, in order, the arguments that
+    pass them after its tensors and index flag."""
+
+    lines: list[str] = field(default_factory=list)
+    args: list[list[str]] = field(default_factory=list)
+
+
 class KernelKind(ABC):
     """One kind of plan kernel. `name` is its kernel values' `kind` field; `kernel_type` their dataclass."""
 
@@ -92,6 +103,20 @@ class KernelKind(ABC):
     @abstractmethod
     def generate(self, ctx: ModuleContext, kernel: Any, stored: set[str], name: str) -> KernelCode:
         """The module code of one plan kernel; `name` is free for its (first) Triton kernel."""
+
+    def scratch(self, step: list[GeneratedKernel], i: int) -> Scratch:
+        """The scratch buffers of plan kernel `i`, generated as `step` (codegen/module.py allocates and passes
+        them): by default a split-K workspace of fp32 partial tiles (NaN when poisoned) and the serial
+        split-K semaphores, where its kernels have them."""
+        out = Scratch()
+        ws = next((gk for gk in step if gk.workspace), None)
+        if ws is not None:
+            out.lines.append(f"ws{i} = _alloc(({ws.workspace},), torch.float32, device, True) if poison else "
+                             f"_workspace({ws.name!r}, {ws.workspace}, device)")
+        for gk in step:
+            out.args.append(([f"ws{i}"] if gk.workspace else [])
+                            + ([f"_semaphores({gk.name!r}, {gk.semaphores}, device)"] if gk.semaphores else []))
+        return out
 
 
 class MatmulKind(KernelKind):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import Replacement
 from fusionsearch.hardware import Hardware
-from fusionsearch.kinds.base import KernelCode, MatmulKind, ModuleContext
+from fusionsearch.kinds.base import KernelCode, MatmulKind, ModuleContext, Scratch
 from fusionsearch.kinds.counting import KernelEstimate, bandwidth_share, ctas_per_sm, leaf_bytes, pointwise_work
 from fusionsearch.kinds.grouped_matmul.configs import grouped_candidates
 from fusionsearch.kinds.grouped_matmul.kernel import GroupedConfig, GroupedKernel
@@ -19,6 +19,7 @@ from fusionsearch.kinds.grouped_matmul.reference import expert_bmm_replacements
 from fusionsearch.kinds.grouped_matmul.routing import expert_routing
 from fusionsearch.kinds.grouped_matmul.source import blocks_bound, generate_grouped, routing, tile_shape
 from fusionsearch.kinds.matmul_template.kind import TEMPLATE
+from fusionsearch.kinds.triton_source.kernel import GeneratedKernel
 from fusionsearch.plan.resources import KernelResources
 from fusionsearch.plan.tile import TileConfig
 
@@ -71,6 +72,20 @@ class GroupedKind(MatmulKind):
 
     def generate(self, ctx: ModuleContext, kernel: GroupedKernel, stored: set[str], name: str) -> KernelCode:
         return KernelCode(generate_grouped(ctx.graph, kernel, stored, name, ctx.options))
+
+    def scratch(self, step: list[GeneratedKernel], i: int) -> Scratch:
+        """The default's, and the routing table its first kernel writes (the pairs sorted by expert) and the
+        later ones read: poisoned, a fresh table of int32 max, so that an entry the routing kernel failed to
+        write points far outside every buffer instead of at a pair of the previous call."""
+        out = super().scratch(step, i)
+        table = next((gk for gk in step if gk.routing), None)
+        if table is not None:
+            out.lines.append(f"rt{i} = _alloc(({table.routing},), torch.int32, device, True) if poison else "
+                             f"_workspace({table.name + '_routing'!r}, {table.routing}, device, torch.int32)")
+        for gk, args in zip(step, out.args, strict=True):
+            if gk.routing:
+                args.append(f"rt{i}")
+        return out
 
 
 def grouped_estimate(g: OpGraph, k: GroupedKernel, i: int, stored: set[str], hw: Hardware) -> KernelEstimate:
