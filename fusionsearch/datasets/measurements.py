@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fusionsearch.errors import CostModelError
+from fusionsearch.errors import CostModelError, SpecError
 
 # ok: valid and timed; compile_failed: did not compile or launch; invalid: wrong against the reference;
 # timed_out: past the time limit; failed: faulted while running (an illegal address, a dead measurement worker).
@@ -263,28 +263,45 @@ def check_appendable(path: str) -> None:
     """CostModelError unless `path` is missing, empty or a dataset: its first intact batch is JSON rows, or it
     has none (a first batch torn by a kill) but begins as a gzip member does. append_rows calls it; a collector
     calls it before measuring anything, so that a wrong path costs no measurements."""
+    why = _not_a_dataset(path)
+    if why is not None:
+        raise CostModelError(f"{path} is not a measurements dataset ({why}); nothing was appended and the file is "
+                             "unchanged: give a new file or one written by `fusionsearch costmodel collect`")
+
+
+def check_dataset(path: str) -> None:
+    """SpecError unless `path` is a dataset to read: an existing file, empty or holding rows (check_appendable's
+    test), refused before anything is computed from it."""
+    if not os.path.exists(path):
+        raise SpecError(f"{path}: no such dataset file")
+    if not os.path.isfile(path):
+        raise SpecError(f"{path}: not a dataset file ({'a directory' if os.path.isdir(path) else 'not a file'})")
+    why = _not_a_dataset(path)
+    if why is not None:
+        raise SpecError(f"{path} is not a measurements dataset ({why}): give a file `fusionsearch costmodel "
+                        "collect` wrote")
+
+
+def _not_a_dataset(path: str) -> str | None:
+    """Why `path` is not a dataset to append to; None when it is one, is empty or is missing."""
     try:
         mapped = _Mapped(path)
     except FileNotFoundError:
-        return
+        return None
     with mapped as buf:
         if not buf:
-            return
+            return None
         for _, _, contents in _walk(buf):
             if contents is None:
                 continue
             rows, bad = _parse(contents)
             if bad:
-                why = "its first intact gzip member does not hold JSON rows"
-                break
+                return "its first intact gzip member does not hold JSON rows"
             if rows:
-                return
-        else:
-            if buf[:3] == _MAGIC:
-                return
-            why = "it does not begin with a gzip member"
-    raise CostModelError(f"{path} is not a measurements dataset ({why}); nothing was appended and the file is "
-                         "unchanged: give a new file or one written by `fusionsearch costmodel collect`")
+                return None
+        if buf[:3] == _MAGIC:
+            return None
+        return "it does not begin with a gzip member"
 
 
 def append_rows(path: str, rows: Iterable[dict[str, Any]]) -> int:

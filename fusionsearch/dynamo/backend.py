@@ -30,10 +30,10 @@ from fusionsearch import settings
 from fusionsearch.codegen.runtime import compile_plan
 from fusionsearch.dynamo.cudagraph import GraphedStep
 from fusionsearch.dynamo.join import RegionStep, glue, inductor_whole, lazy_inductor, one_by_one, written_inputs
+from fusionsearch.dynamo.options import OPTION_NAMES, BackendOptions, backend_options
 from fusionsearch.dynamo.plan_cache import PlanCache
 from fusionsearch.dynamo.race import (
     INDUCTOR,
-    INDUCTOR_MODES,
     OURS,
     RegionChoice,
     Timer,
@@ -44,64 +44,15 @@ from fusionsearch.dynamo.race import (
 )
 from fusionsearch.dynamo.regions import Region, partition
 from fusionsearch.dynamo.step_race import StepChoice, inductor_step, race_step
-from fusionsearch.errors import FusionSearchError, SpecError, check_names, failure_reason
+from fusionsearch.errors import FusionSearchError, check_names, failure_reason
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.plan import Plan
-from fusionsearch.search.options import MEASURE, TRIALS, SearchOptions
 
+# BackendOptions and backend_options live in dynamo/options.py; the backend's names are these
 __all__ = ["BackendOptions", "BackendStats", "backend", "backend_options", "fusionsearch_backend", "tune_model"]
 
 log = logging.getLogger("fusionsearch.backend")
-
-FALLBACKS = ("inductor", "eager")
-
-
-@dataclass(frozen=True)
-class BackendOptions:
-    """`trials` per graph; `search_backend` judges candidates as the search does (auto: gpu when present);
-    `cache`: plan cache directory (None: $FUSIONSEARCH_CACHE_DIR/plans); `storage`: an Optuna storage URL
-    for the searches; `fallback`: what runs a graph the backend does not take ('inductor' or 'eager');
-    `inductor`: the mode Inductor compiles in, for its candidate of each region and for the glue
-    ('max-autotune' or 'default'); `race`: time Inductor's code for each region beside the searched plan and
-    keep the faster (on a GPU); `cudagraphs`: replay each compiled step from a CUDA graph (on a GPU);
-    `progress`: a bar on stderr while regions are searched (nothing when every plan comes from the cache);
-    `step_race`: time the whole step as built against Inductor's compilation of the whole graph in the
-    `inductor` mode and keep the faster (on a GPU; dynamo/step_race.py); `inductor_regions`: every matmul
-    region runs Inductor's code, nothing is searched (the control: the step then shows what joining regions
-    costs against Inductor's own step); `measure`: where a learned model ranks a region's plans on the GPU, at
-    most this many of its trials are run, each measuring one plan (SearchOptions.measure, the same default)."""
-
-    trials: int = TRIALS
-    measure: int = MEASURE
-    search_backend: str = "auto"
-    cache: str | None = None
-    storage: str | None = None
-    fallback: str = "inductor"
-    cost_model: str = "auto"
-    seed: int = 0
-    inductor: str = "max-autotune"
-    race: bool = True
-    cudagraphs: bool = True
-    progress: bool = True
-    step_race: bool = True
-    inductor_regions: bool = False
-
-    def __post_init__(self) -> None:
-        if self.fallback not in FALLBACKS:
-            raise SpecError(f"fallback {self.fallback!r}: use {' or '.join(FALLBACKS)}")
-        SearchOptions(trials=self.trials, measure=self.measure)  # the search's own checks of what it is passed
-        if self.inductor not in INDUCTOR_MODES:
-            raise SpecError(f"inductor {self.inductor!r}: use {' or '.join(INDUCTOR_MODES)}")
-        for name in ("race", "cudagraphs", "progress", "step_race", "inductor_regions"):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecError(f"{name} must be True or False, got {getattr(self, name)!r}")
-
-    def search_settings(self) -> dict[str, Any]:
-        """What a cached plan depends on besides the graph and device."""
-        return {"trials": self.trials, "search_backend": self.search_backend, "cost_model": self.cost_model,
-                "seed": self.seed, "measure": self.measure}
-
 
 @dataclass
 class BackendStats:
@@ -136,7 +87,6 @@ class BackendStats:
         return "\n".join(lines) or "no graph has reached the backend yet (torch.compile calls it on the first call)"
 
 
-OPTION_NAMES = tuple(BackendOptions.__dataclass_fields__)
 
 
 class _Decline(Exception):
@@ -148,24 +98,6 @@ def backend(**options: Any) -> Callable[[fx.GraphModule, list[torch.Tensor]], Ca
     The returned backend's `.stats` counts what it did and `.stats.explain()` lists each region's race."""
     check_names(options, OPTION_NAMES, "fusionsearch.backend option")
     return _Compiler(BackendOptions(**options))
-
-
-# torch.compile's modes, as far as they apply here: the Inductor mode and whether the step replays from a graph.
-MODES = {"default": {"inductor": "default", "cudagraphs": False},
-         "reduce-overhead": {"inductor": "default", "cudagraphs": True},
-         "max-autotune-no-cudagraphs": {"inductor": "max-autotune", "cudagraphs": False},
-         "max-autotune": {"inductor": "max-autotune", "cudagraphs": True}}
-
-
-def backend_options(mode: str | None = None, options: dict[str, Any] | None = None) -> BackendOptions:
-    """BackendOptions from torch.compile's `mode=` (one of MODES) or `options=` (BackendOptions' fields)."""
-    if mode is not None and mode not in MODES:
-        raise SpecError(f"mode {mode!r}: use one of {', '.join(MODES)}")
-    if options is not None and not isinstance(options, dict):
-        raise SpecError(f"options must be a dict of fusionsearch.backend() options, got {type(options).__name__}")
-    fields = {**(MODES[mode] if mode else {}), **(options or {})}
-    check_names(sorted(fields), OPTION_NAMES, "backend option")
-    return BackendOptions(**fields)
 
 
 def fusionsearch_backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor], mode: str | None = None,
@@ -352,7 +284,7 @@ class _Compiler:
         """A matmul region ready to run: its plan from the cache (identical regions share one) or from a search
         on the region's own input values (random ones in the interpreter), raced against Inductor's code for
         it where a timer is at hand (the GPU's, or a test's); the race's outcome is stored with the plan."""
-        from fusionsearch.search.study import SearchOptions, run_study
+        from fusionsearch.search.study import run_study
 
         g = region.graph
         self.stats.regions += 1
@@ -365,10 +297,7 @@ class _Compiler:
             best_us = record.get("best_us")
             self.stats.cached += 1
         else:
-            res = run_study(g, SearchOptions(trials=self.options.trials, measure=self.options.measure,
-                                             backend=self.options.search_backend,
-                                             storage=self.options.storage, seed=self.options.seed,
-                                             cost_model=self.options.cost_model), inputs)
+            res = run_study(g, self.options.search, inputs)
             plan, best_us, record = res.best, res.best_us, {}
             self.stats.searched += 1
         choice = RegionChoice.from_dict(record.get("race"))

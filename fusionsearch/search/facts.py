@@ -107,3 +107,44 @@ def search_facts(res: Any, graph_name: str = "", out: str | None = None) -> dict
     if res.extra.get("finalists"):
         facts["finalists"] = res.extra["finalists"]
     return facts
+
+
+def learned_kernel_times(plan: Plan, hw: Any) -> list[float] | None:
+    """Each kernel's time (µs) by the shipped learned model when one matches this GPU, else None: what `explain`
+    prints beside the analytic figure."""
+    from fusionsearch.costmodel.learned import load_default
+    from fusionsearch.costmodel.pricing import plans_matrix
+
+    model = load_default()
+    if model is None:
+        return None
+    X, _ = plans_matrix([plan], hw)
+    return [float(t) for t in model.predict(X)]
+
+
+def recorded_search(result_path: str) -> dict[str, Any] | None:
+    """What the search that wrote a plan recorded of it (its result.json): best time, backend, cost model and
+    how the time was found; None where there is no such record or it is not one."""
+    import json
+
+    try:
+        with open(result_path) as f:
+            result = json.load(f)
+        best, backend, model = float(result["best_us"]), str(result["backend"]), str(result["cost_model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    how = "measured on the GPU" if backend == "gpu" else f"{how_words(backend, model)}, backend {backend}"
+    return {"best_us": best, "backend": backend, "cost_model": model, "how": how}
+
+
+def search_setup(g: Any, opts: Any) -> dict[str, Any]:
+    """What a search of `g` with SearchOptions `opts` is about to run, for the line the CLI prints first: the
+    backend on this machine, whether the space holds a single plan (then one trial) and the worker processes."""
+    from fusionsearch.costmodel.hardware import Hardware
+    from fusionsearch.search.options import resolve_backend
+    from fusionsearch.search.study import possible_plans, search_space
+    from fusionsearch.search.workers import worker_count
+
+    backend = resolve_backend(opts.backend)
+    single = possible_plans(search_space(g, opts, Hardware.detect())) == 1
+    return {"backend": backend, "single": single, "workers": 1 if single else worker_count(opts.workers, backend)}

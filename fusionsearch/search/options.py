@@ -3,7 +3,9 @@ CLI refuses; and the backend a search runs on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -61,46 +63,29 @@ class SearchOptions:
     graph_name: str = ""
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise SpecError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
-        if self.cost_model not in ("auto", "analytic", "learned") and not self.cost_model.endswith(MODEL_FILES):
-            raise SpecError(f"cost_model {self.cost_model!r}: use auto, analytic, learned or a model file (.npz, "
-                            ".skops)")
-        if isinstance(self.compile_ranked, bool) or not isinstance(self.compile_ranked, int) or self.compile_ranked < 0:
-            raise SpecError(f"compile_ranked must be a whole number of plans (0: none), got {self.compile_ranked!r}")
-        if not isinstance(self.library, bool):
-            raise SpecError(f"library must be True or False, got {self.library!r}")
-        if isinstance(self.finalists, bool) or not isinstance(self.finalists, int) or self.finalists < 0:
-            raise SpecError(f"finalists must be a whole number of plans (0: none), got {self.finalists!r}")
-        if isinstance(self.refit_every, bool) or not isinstance(self.refit_every, int) or self.refit_every < 0:
-            raise SpecError(f"refit_every must be a whole number of measured plans (0: never), "
-                            f"got {self.refit_every!r}")
-        if not _whole(self.measure) or self.measure < 0:
-            raise SpecError(f"measure must be a whole number of plans (0: as many as trials), got {self.measure!r}")
-        if self.sampler not in SAMPLERS:
-            raise SpecError(f"sampler {self.sampler!r} is not one of {', '.join(SAMPLERS)}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise SpecError(f"trials must be a positive integer, got {self.trials!r}")
-        check_workers(self.workers)
-        if not _positive(self.trial_timeout_s):
-            raise SpecError(f"trial_timeout_s must be a positive number of seconds, got {self.trial_timeout_s!r}")
-        if not _whole(self.seed) or not 0 <= self.seed < 2**32:  # numpy's generators (Optuna's samplers) take these
-            raise SpecError(f"seed must be a whole number from 0 to 2**32 - 1, got {self.seed!r}")
-        if self.timeout is not None and not _positive(self.timeout):
-            raise SpecError(f"timeout must be a positive number of seconds (None: no limit), got {self.timeout!r}")
-        if self.bytes_rule is not None and not _positive(self.bytes_rule):
-            raise SpecError(f"bytes_rule must be a positive factor (None lifts the rule), got {self.bytes_rule!r}")
-        if not _positive(self.prune_margin, finite=False):
-            raise SpecError(f"prune_margin must be a positive factor, got {self.prune_margin!r}")
-        if not _whole(self.max_configs) or self.max_configs < 1:
-            raise SpecError(f"max_configs must be a positive whole number, got {self.max_configs!r}")
-        if not _whole(self.heartbeat_s) or self.heartbeat_s < 1:
-            raise SpecError(f"heartbeat_s must be a positive whole number of seconds, got {self.heartbeat_s!r}")
-        if self.study_name is not None and (not isinstance(self.study_name, str) or not self.study_name.strip()):
-            raise SpecError(f"study_name must name a study (None: one per graph and backend), got {self.study_name!r}")
-        if self.compile_workers is not None and (not _whole(self.compile_workers) or self.compile_workers < 0):
-            raise SpecError(f"compile_workers must be a whole number (0: none; None: automatic), "
-                            f"got {self.compile_workers!r}")
+        for name in RULES:
+            check_option(name, getattr(self, name))
+
+
+class OptionError(SpecError):
+    """A search option's value refused, in one sentence: `name` (the field, or the flag or keyword that sets it:
+    the CLI's --seed, BackendOptions' search_backend) must be `what`, got `value`. One check, every caller's
+    name: the API, the CLI and the backend say the same."""
+
+    def __init__(self, name: str, value: object, what: str) -> None:
+        super().__init__(f"{name} must be {what}, got {value!r}")
+        self.name, self.value, self.what = name, value, what
+
+    def __reduce__(self) -> tuple[type, tuple[str, object, str]]:  # raised in a worker process, read in another
+        return type(self), (self.name, self.value, self.what)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a search option's value must be: `what` in words, `ok` the test."""
+
+    what: str
+    ok: Callable[[Any], bool]
 
 
 def _whole(value: object) -> bool:
@@ -113,10 +98,63 @@ def _positive(value: object, finite: bool = True) -> bool:
         not finite or value < float("inf"))
 
 
+def _at_least(low: int) -> Callable[[Any], bool]:
+    return lambda v: _whole(v) and v >= low
+
+
+# Every checked option of SearchOptions, in field order (the first bad one is named). The words never name a
+# Python field or None: the CLI's flags say them too.
+RULES: dict[str, Rule] = {
+    "trials": Rule("a whole number of at least 1", _at_least(1)),
+    "backend": Rule(f"one of {', '.join(BACKENDS)}", lambda v: isinstance(v, str) and v in BACKENDS),
+    "sampler": Rule(f"one of {', '.join(SAMPLERS)}", lambda v: isinstance(v, str) and v in SAMPLERS),
+    "study_name": Rule("a study's name (not blank)", lambda v: v is None or (isinstance(v, str) and bool(v.strip()))),
+    # numpy's generators (Optuna's samplers) take 0 .. 2**32 - 1
+    "seed": Rule(f"a whole number from 0 to {2**32 - 1}", lambda v: _whole(v) and 0 <= v < 2**32),
+    "timeout": Rule("a positive number of seconds", lambda v: v is None or _positive(v)),
+    "prune_margin": Rule("a positive factor", lambda v: _positive(v, finite=False)),
+    "bytes_rule": Rule("a positive factor", lambda v: v is None or _positive(v)),
+    "max_configs": Rule("a positive whole number", _at_least(1)),
+    "compile_workers": Rule("a whole number of processes (0: none)", lambda v: v is None or _at_least(0)(v)),
+    "heartbeat_s": Rule("a positive whole number of seconds", _at_least(1)),
+    "cost_model": Rule(f"auto, analytic, learned or a model file ({', '.join(MODEL_FILES)})",
+                       lambda v: isinstance(v, str) and (v in ("auto", "analytic", "learned")
+                                                         or v.endswith(MODEL_FILES))),
+    "refit_every": Rule("a whole number of measured plans (0: never)", _at_least(0)),
+    "measure": Rule("a whole number of plans (0: as many as trials)", _at_least(0)),
+    "trial_timeout_s": Rule("a positive number of seconds", _positive),
+    "workers": Rule("a positive integer or 'auto'", lambda v: (isinstance(v, str) and v == "auto") or _at_least(1)(v)),
+    "compile_ranked": Rule("a whole number of plans (0: none)", _at_least(0)),
+    "finalists": Rule("a whole number of plans (0: none)", _at_least(0)),
+    "library": Rule("True or False", lambda v: isinstance(v, bool)),
+}
+
+
+def check_option(field: str, value: object, name: str | None = None) -> None:
+    """OptionError unless `value` is good for SearchOptions' `field`; the message names it `name` (default: the
+    field), so that a flag or another keyword for the same option gets the same sentence. A field without a
+    rule (storage: checked when it is opened, naming what was given) passes."""
+    rule = RULES.get(field)
+    if rule is not None and not rule.ok(value):
+        raise OptionError(name or field, value, rule.what)
+
+
+def default(field: str) -> Any:
+    """SearchOptions' default of `field`, read when asked (the CLI's flags and the backend's fields show it)."""
+    return next(f.default for f in fields(SearchOptions) if f.name == field)
+
+
+def search_options(values: Mapping[str, Any], names: Mapping[str, str] | None = None) -> SearchOptions:
+    """SearchOptions of `values` (by field) that another holder of them keeps under `names` (field -> its name):
+    a bad value is refused with the holder's name for it (BackendOptions' search_backend, not backend)."""
+    for field, value in values.items():
+        check_option(field, value, (names or {}).get(field, field))
+    return SearchOptions(**values)
+
+
 def check_workers(workers: object) -> None:
     """Refuse a worker count that is neither a positive integer nor 'auto'."""
-    if workers != "auto" and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise SpecError(f"workers must be a positive integer or 'auto', got {workers!r}")
+    check_option("workers", workers)
 
 
 def resolve_backend(backend: str) -> str:

@@ -37,9 +37,12 @@ class Replay:
 
 def load_saved(directory: str) -> tuple[OpGraph, Plan]:
     """The graph and plan a search wrote to `directory` (graph.json, plan.json); SpecError when a file is
-    missing or unreadable, PlanError when the plan does not fit the graph."""
+    missing or unreadable, PlanError when the plan does not fit the graph. Without a GPU, Triton's interpreter
+    is switched on first: the graph's extern ops import Triton."""
+    from fusionsearch import settings
     from fusionsearch.graph.spec import load_graph
 
+    settings.interpret_without_gpu()
     if not os.path.isdir(directory):
         raise SpecError(f"{directory}: no such directory; give a search's --out directory")
     missing = [f for f in ("plan.json", "graph.json") if not os.path.isfile(os.path.join(directory, f))]
