@@ -152,7 +152,8 @@ def test_the_cli_refuses_a_bad_worker_count(value: str, capsys: pytest.CaptureFi
 
     assert main(["search", "--backend", "model", "--workers", value]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1].startswith("fusionsearch: error: --workers takes a positive number")
+    assert err.strip().splitlines()[-1].startswith("fusionsearch: error: --workers must be a positive integer or "
+                                                   "'auto'")  # SearchOptions' words (search/options.py RULES)
 
 
 def test_the_cli_runs_two_workers_and_reports_them_together(tmp_path: Path) -> None:
