@@ -1,6 +1,7 @@
 """Each option has one default (issue 55): where the CLI offers a setting of SearchOptions (fs.tune, `search`)
-or BackendOptions (fusionsearch.backend, `tune-model`), its default is the API's. The CLI keeps its defaults as
-literals (so that `--help` answers without importing torch); this compares them."""
+or BackendOptions (fusionsearch.backend, `tune-model`), its default is the API's. The CLI's search flags and
+BackendOptions' search fields read their defaults and checks from SearchOptions (when a command is parsed, so
+that `fusionsearch --help` imports no torch); this compares them, changes one, and gives each a bad value."""
 
 from __future__ import annotations
 
