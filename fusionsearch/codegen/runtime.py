@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fusionsearch import settings
-from fusionsearch.codegen.module import PlanModule, generate_module
+from fusionsearch.codegen.module import generate_module
 from fusionsearch.codegen.outpaths import check_out_dir
 from fusionsearch.errors import CodegenError, MeasureError
 from fusionsearch.graph.ops_extern import _call as call_extern
@@ -40,6 +40,44 @@ def cache_dir() -> str:
 
 def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Built:
+    """A plan's generated module, generated once: the source and its content key (the cache entry's name).
+    What crosses to a worker is the key only; the worker reads the entry back through `load_built`."""
+
+    key: str
+    source: str
+
+
+def entry_path(key: str) -> str:
+    """The cache file of the source whose content key is `key`."""
+    return os.path.join(cache_dir(), f"fs_{key}.py")
+
+
+def build(plan: Any, **options: Any) -> Built:
+    """Generate the plan's module (`options`, CodegenOptions' names, replace the plan's own) and keep its text
+    in the cache under its content key: the one generation a candidate gets, handed to whatever compiles,
+    validates or times it (compile_plan's `built`)."""
+    source = generate_module(plan.with_options(**options)).source
+    key = source_key(source)
+    _refresh_entry(entry_path(key), source)
+    return Built(key, source)
+
+
+def load_built(key: str) -> Built | None:
+    """The source a `build` kept under `key`, read back from the cache only when its text still hashes to the
+    key (the key came from the process that generated it, so a file replaced since is never run); None when
+    the entry is missing, unreadable or not that text."""
+    if len(key) != 24 or any(c not in "0123456789abcdef" for c in key):
+        return None
+    try:
+        with open(entry_path(key), "rb") as f:
+            source = f.read().decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return Built(key, source) if source_key(source) == key else None
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -82,7 +120,7 @@ def load_source(source: str) -> ModuleType:
     by its hash, as the module's __file__ (tracebacks and Triton's JIT read the lines: linecache is given the
     text, so they see what runs)."""
     key = source_key(source)
-    path = os.path.join(cache_dir(), f"fs_{key}.py")
+    path = entry_path(key)
     _refresh_entry(path, source)
     mod_name = f"fusionsearch_generated_{key}"
     check_interpreter()
@@ -123,20 +161,20 @@ class CompiledPlan:
     """A plan ready to run: call it with the graph's inputs; `poison=True` fills outputs with NaN first."""
 
     plan: Any
-    generated: PlanModule
+    built: Built
     module: ModuleType
 
     @property
     def source(self) -> str:
-        return self.generated.source
+        return self.built.source
 
     @property
     def cache_key(self) -> str:
-        return source_key(self.generated.source)
+        return self.built.key
 
     def source_path(self) -> str:
         """The generated source's file in the cache: what a failure names, to reproduce it."""
-        return os.path.join(cache_dir(), f"fs_{self.cache_key}.py")
+        return entry_path(self.cache_key)
 
     def __call__(self, *inputs: torch.Tensor, poison: bool = False) -> list[torch.Tensor]:
         """The plan's outputs; MeasureError naming the input (position and graph name) and what it must be when
@@ -164,16 +202,20 @@ def _extern_callables(plan: Any) -> list[Any]:
     return out
 
 
-def compile_plan(plan: Any, **options: Any) -> CompiledPlan:
+def compile_plan(plan: Any, built: Built | None = None, **options: Any) -> CompiledPlan:
     """Generate, cache and import the plan's module; externs are bound to the registry's torch calls.
-    `options` (CodegenOptions' names) replace the plan's own for this module. Without a GPU, its kernels run in
-    Triton's interpreter (settings.interpret_without_gpu: the rule of the CLI and of fs.tune)."""
+    `options` (CodegenOptions' names) replace the plan's own for this module. `built`: that module generated
+    already (`build` of the same plan and options), so nothing is generated again. Without a GPU, its kernels
+    run in Triton's interpreter (settings.interpret_without_gpu: the rule of the CLI and of fs.tune)."""
     settings.interpret_without_gpu()
     plan = plan.with_options(**options)
-    generated = generate_module(plan)
-    module = load_source(generated.source)
+    if built is None:
+        built = build(plan)
+    elif source_key(built.source) != built.key:
+        raise CodegenError(f"generated source {built.key} does not hash to its key: it is not run")
+    module = load_source(built.source)
     module.EXTERNS[:] = _extern_callables(plan)
-    return CompiledPlan(plan, generated, module)
+    return CompiledPlan(plan, built, module)
 
 
 def export_plan(plan: Any, directory: str, **options: Any) -> str:

@@ -120,6 +120,7 @@ class OpGraph:
         self._counter = 0
         self._topo: list[str] | None = None  # cache, cleared whenever a node is added
         self._position: dict[str, int] = {}
+        self._hash: tuple[tuple[int, int, tuple[str, ...]], str] | None = None  # (stamp, signature_hash)
 
     # ---- building ------------------------------------------------------------------------------
     def _fresh(self, op: str) -> str:
@@ -154,7 +155,7 @@ class OpGraph:
         check_fits(math.prod(shape) * dt.itemsize, f"input {name!r}: shape {list(shape)} of {dtype_name(dt)}")
         check_fits(span * dt.itemsize, f"input {name!r}: strides {list(st)} over shape {list(shape)}")
         self.nx.add_node(name, node=Node(name, "input", (), {}, shape, dt, st))
-        self._topo = None
+        self._topo, self._hash = None, None
         return name
 
     def add(self, op: str, inputs: Sequence[str], /, name: str | None = None, **attrs: Any) -> str:
@@ -202,7 +203,7 @@ class OpGraph:
             reason = printable(str(e).strip().split("\n")[0][:200])
             raise GraphError(f"{where}bad attributes {show(attrs)}: {type(e).__name__}: {reason}") from None
         self.nx.add_node(name, node=Node(name, op, tuple(inputs), attrs, shape, dtype, contiguous_strides(shape)))
-        self._topo = None
+        self._topo, self._hash = None, None
         for slot, src in enumerate(inputs):
             if self.nx.has_edge(src, name):
                 self.nx.edges[src, name]["slots"] += (slot,)
@@ -224,6 +225,7 @@ class OpGraph:
             if problem:
                 raise GraphError(problem)
         self.outputs = list(outputs)
+        self._hash = None
 
     # ---- reading -------------------------------------------------------------------------------
     def node(self, name: str) -> Node:
@@ -250,8 +252,9 @@ class OpGraph:
         return [n for n in self.nx.nodes if self.node(n).op == "input"]
 
     def topo_order(self) -> list[str]:
-        """Nodes in a deterministic topological order (ties broken by insertion order)."""
-        if self._topo is None:
+        """Nodes in a deterministic topological order (ties broken by insertion order); computed again when the
+        node count changed around the builders (capture removes a node through `nx`)."""
+        if self._topo is None or len(self._topo) != self.nx.number_of_nodes():
             order = {n: i for i, n in enumerate(self.nx.nodes)}
             self._topo = list(nx.lexicographical_topological_sort(self.nx, key=lambda n: order[n]))
             self._position = {n: i for i, n in enumerate(self._topo)}
@@ -260,7 +263,7 @@ class OpGraph:
     def position(self, name: str) -> int:
         """`name`'s index in topo_order(): a node can only reach nodes at larger positions, which bounds the
         walks that legality checks make."""
-        if self._topo is None:
+        if self._topo is None or len(self._topo) != self.nx.number_of_nodes():
             self.topo_order()
         return self._position[name]
 
@@ -306,10 +309,17 @@ class OpGraph:
         return json.dumps({"nodes": rows, "outputs": [index[o] for o in self.outputs]}, sort_keys=True)
 
     def signature_hash(self) -> str:
-        """A short content hash of `signature()`: plans and caches are keyed by it."""
+        """A short content hash of `signature()`: plans and caches are keyed by it. Computed once per graph
+        (every Plan.to_json and from_json asks for it; the signature walks the whole graph): the builders clear
+        it, and a stamp of node and edge counts and outputs catches a change made around them (capture removes
+        a node through `nx`; `outputs` is a plain list). Nodes are frozen and their attrs copied in."""
         import hashlib
 
-        return hashlib.sha256(self.signature().encode()).hexdigest()[:16]
+        stamp = (self.nx.number_of_nodes(), self.nx.number_of_edges(), tuple(self.outputs))
+        cached = getattr(self, "_hash", None)  # a graph unpickled from before the cache has none
+        if cached is None or cached[0] != stamp:
+            cached = self._hash = (stamp, hashlib.sha256(self.signature().encode()).hexdigest()[:16])
+        return cached[1]
 
     def same_structure(self, other: OpGraph) -> bool:
         """True when the graphs are isomorphic: same ops, attrs, shapes, dtypes and input slots (names aside)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.codegen.runtime import compile_plan, naming_source
+from fusionsearch.codegen.runtime import Built, compile_plan, naming_source
 from fusionsearch.errors import MeasureError, failure_reason
 from fusionsearch.measure import l2_flush
 from fusionsearch.measure.l2_flush import quantiles
@@ -68,12 +68,12 @@ def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 5, warm
 
 
 def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25, rep_ms: int = 100,
-              **options: object) -> Timing:
-    """Time the plan's compiled callable on `inputs`; a kernel that fails to compile or launch gives a failed
-    Timing with the reason instead of raising."""
+              built: Built | None = None, **options: object) -> Timing:
+    """Time the plan's compiled callable on `inputs` (`built`: its module generated already); a kernel that fails
+    to compile or launch gives a failed Timing with the reason instead of raising."""
     compiled = None
     try:
-        compiled = compile_plan(plan, **options)
+        compiled = compile_plan(plan, built, **options)
         run = compiled.module.run
         return time_callable(lambda: run(*inputs), warmup_ms, rep_ms)
     except MeasureError:
@@ -83,10 +83,11 @@ def benchmark(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 25,
 
 
 def kernel_times(plan: object, inputs: Sequence[torch.Tensor], warmup_ms: int = 5, rep_ms: int = 25,
-                 timer: Callable[..., Timing] | None = None) -> list[float]:
+                 timer: Callable[..., Timing] | None = None, built: Built | None = None) -> list[float]:
     """Median time (µs) of each kernel of the plan run alone, in plan order; raises what compiling or
-    launching raises. `timer` replaces time_callable (the collector's CPU stand-in)."""
-    steps, _ = compile_plan(plan).module.steps(*inputs)
+    launching raises. `timer` replaces time_callable (the collector's CPU stand-in); `built`: the plan's module
+    generated already."""
+    steps, _ = compile_plan(plan, built).module.steps(*inputs)
     timer = timer or time_callable
     return [timer(step, warmup_ms, rep_ms).median_us for step in steps]
 

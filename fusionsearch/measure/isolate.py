@@ -8,10 +8,14 @@ time limit, or kills its process fails that trial with the reason, and the worke
 
 Workers are fresh interpreters (`python -m fusionsearch.measure.isolate`, never forked: a forked CUDA context
 is unusable) talking over a socket pair. Unlike multiprocessing's spawn they never re-import the caller's
-main script, so a script without an `if __name__ == "__main__"` guard, or one read from stdin, still works."""
+main script, so a script without an `if __name__ == "__main__"` guard, or one read from stdin, still works.
+What crosses is measure.requests' values: a plan as a Candidate whose module the caller generated once (the
+workers read its source back from the kernel cache by its content key, and generate only without one); each
+worker builds its graph once per spec."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import io
 import logging
@@ -30,22 +34,34 @@ import torch
 from fusionsearch import settings
 from fusionsearch.codegen.runtime import compile_plan, naming_source
 from fusionsearch.errors import MeasureError, failure_reason
+from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import zero_inputs
 from fusionsearch.graph.spec import graph_from_dict
-from fusionsearch.measure.judge import Judgement
+from fusionsearch.measure.judge import Judgement, handed
+from fusionsearch.measure.requests import (
+    Candidate,
+    CompileRequest,
+    CompileResponse,
+    JudgeRequest,
+    JudgeResponse,
+    RetimeRequest,
+    RetimeResponse,
+    SetupRequest,
+    SetupResponse,
+)
 from fusionsearch.plan import Plan
 
 log = logging.getLogger("fusionsearch.measure")
 
 
-def _warm(spec: dict[str, Any], plan_json: str, device: str) -> str:
-    """In a worker: build the graph and plan, run the plan once (compiling its kernels); '' or the reason."""
+def _warm(g: OpGraph, candidate: Candidate, device: str) -> str:
+    """In a worker: run the candidate once (compiling its kernels) from the source handed by key; '' or the
+    reason."""
     compiled = None
     try:
-        g = graph_from_dict(spec)
-        plan = Plan.from_json(plan_json, g, None)
+        plan = Plan.from_json(candidate.plan_json, g, None)
         inputs = zero_inputs(g, device=device)
-        compiled = compile_plan(plan)
+        compiled = compile_plan(plan, handed(candidate))
         compiled(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
@@ -110,17 +126,19 @@ class CompilePool:
         self.device, self.timeout_s = device, timeout_s
         self._idle: list[_Worker] = []
 
-    def warm(self, spec: dict[str, Any], plans_json: Sequence[str]) -> list[str]:
-        """Compile each plan in a worker; per plan '' (ready) or why it failed (compile error, timeout, crash)."""
-        out = [""] * len(plans_json)
-        waiting = list(range(len(plans_json)))
+    def warm(self, spec: dict[str, Any], plans: Sequence[Candidate | str]) -> list[str]:
+        """Compile each plan (a Candidate, built by the caller; or its JSON, generated in the worker) in a
+        worker; per plan '' (ready) or why it failed (compile error, timeout, crash)."""
+        candidates = [Candidate.of(p) for p in plans]
+        out = [""] * len(candidates)
+        waiting = list(range(len(candidates)))
         busy: dict[Connection, tuple[_Worker, int, float]] = {}
         while waiting or busy:
             while waiting and len(busy) < self.workers:
                 worker = self._idle.pop() if self._idle else _Worker("compile", self.device)
                 index = waiting.pop(0)
                 try:
-                    worker.conn.send((spec, plans_json[index]))
+                    worker.conn.send(CompileRequest(spec, candidates[index]))
                 except OSError:  # died while idle: its plan goes to a fresh worker
                     worker.stop(kill=True)
                     waiting.insert(0, index)
@@ -130,7 +148,8 @@ class CompilePool:
             for conn in wait(list(busy), timeout=max(0.0, soonest - time.time())):
                 worker, index, _ = busy.pop(conn)  # type: ignore[call-overload]
                 try:
-                    out[index], lost = conn.recv()  # type: ignore[union-attr]
+                    answer: CompileResponse = conn.recv()  # type: ignore[union-attr]
+                    out[index], lost = answer.reason, answer.lost
                 except (EOFError, OSError):
                     out[index] = f"compile worker died ({_exit_description(worker.stop(kill=True))})"
                     continue
@@ -174,14 +193,39 @@ def _context_lost(device: str) -> str:
         return failure_reason(e, 200)
 
 
+def _serve_compiles(conn: Any, device: str) -> None:
+    """The compile worker: a CompileRequest is answered by a CompileResponse; the graph is built once per spec
+    (the next requests bring the same one); the worker exits after answering when its CUDA context is lost
+    (after an illegal address this process can run nothing more); None stops it."""
+    spec: dict[str, Any] | None = None
+    g: OpGraph | None = None
+    graph_error = ""
+    while True:
+        try:
+            request: CompileRequest | None = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        if request.graph != spec:  # the first request's, or another graph's
+            spec, g, graph_error = request.graph, None, ""
+            try:
+                g = graph_from_dict(spec)
+            except Exception as e:  # every plan of this graph fails with the reason
+                graph_error = failure_reason(e)
+        reason = graph_error or _warm(g, request.candidate, device)  # type: ignore[arg-type]
+        lost = _context_lost(device)
+        conn.send(CompileResponse(request.candidate.key, reason, lost))
+        if lost:
+            return
+
+
 def _serve(conn: Any, device: str, judge: str) -> None:
-    """The measurement worker. Requests: ('graph', spec, inputs, seed, settings) sets up a graph and its inputs
-    on the device, answered ('ready', '') or ('setup failed', why); ('judge', plan_json, kernels) is answered
-    (judgement dict, context-lost reason), ('retime', plan_jsons, rounds) by (measure.judge.retime_plans's
-    dict, context-lost reason); the worker exits after answering when its CUDA context is lost; None stops
-    it."""
+    """The measurement worker. A SetupRequest sets up a graph and its inputs on the device (SetupResponse); a
+    JudgeRequest is answered by a JudgeResponse, a RetimeRequest (measure.judge.retime_plans) by a
+    RetimeResponse, each with the context-lost reason; the worker exits after answering when its CUDA context
+    is lost; None stops it."""
     from fusionsearch.graph.reference import random_inputs
-    from fusionsearch.graph.spec import graph_from_dict
     from fusionsearch.measure.judge import MeasureState, retime_plans
 
     fn, state, setup_error = None, None, ""
@@ -196,34 +240,39 @@ def _serve(conn: Any, device: str, judge: str) -> None:
             return
         if request is None:
             return
-        if request[0] == "graph":
-            _, spec, packed, seed, settings = request
+        if isinstance(request, SetupRequest):
             state = None
             try:
                 if setup_error:
                     raise RuntimeError(setup_error)
-                g = graph_from_dict(spec)
-                on_device = (random_inputs(g, seed=seed, device=device) if packed is None
-                             else [t.to(device) for t in torch.load(io.BytesIO(packed), weights_only=True)])
-                state = MeasureState(g, on_device, seed, settings)
-                conn.send(("ready", ""))
+                g = graph_from_dict(request.graph)
+                on_device = (random_inputs(g, seed=request.seed, device=device) if request.inputs is None
+                             else [t.to(device) for t in torch.load(io.BytesIO(request.inputs), weights_only=True)])
+                state = MeasureState(g, on_device, request.seed, dict(request.settings))
+                conn.send(SetupResponse(True))
             except Exception as e:
-                conn.send(("setup failed", setup_error or failure_reason(e)))
+                conn.send(SetupResponse(False, setup_error or failure_reason(e)))
             continue
-        if request[0] == "retime":
-            _, plan_jsons, rounds = request
+        answer: RetimeResponse | JudgeResponse
+        if isinstance(request, RetimeRequest):
+            jsons = [c.plan_json for c in request.candidates]
             try:
-                result = retime_plans(state, plan_jsons, rounds)  # type: ignore[arg-type]
+                state.hand(request.candidates)  # type: ignore[union-attr]
+                result = retime_plans(state, jsons, request.rounds)  # type: ignore[arg-type]
             except Exception as e:
-                result = {"us": [None] * len(plan_jsons), "reason": failure_reason(e)}
+                result = {"us": [None] * len(jsons), "reason": failure_reason(e)}
+            answer = RetimeResponse(tuple(c.key for c in request.candidates), tuple(result["us"]),
+                                    str(result.get("reason", "")))
         else:
-            _, plan_json, kernels = request
+            candidate = request.candidate
             try:
-                result = fn(state, plan_json, kernels)  # type: ignore[misc]
+                state.hand([candidate])  # type: ignore[union-attr]
+                judgement = Judgement.from_dict(fn(state, candidate.plan_json, request.kernels))  # type: ignore[misc]
             except Exception as e:
-                result = {"ok": False, "reason": f"failed: {failure_reason(e)}"}
+                judgement = Judgement(False, f"failed: {failure_reason(e)}")
+            answer = JudgeResponse(candidate.key, judgement)
         lost = _context_lost(device)
-        conn.send((result, lost))
+        conn.send(dataclasses.replace(answer, lost=lost))
         if lost:
             return
 
@@ -243,7 +292,7 @@ class MeasureWorker:
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.started = 0  # worker processes started so far: 1 + the number replaced
         self._worker: _Worker | None = None
-        self._graph: tuple[Any, ...] | None = None
+        self._graph: SetupRequest | None = None
         self._ready = False
         if graph_spec is not None:
             self.set_graph(graph_spec, inputs, seed, settings)
@@ -256,7 +305,7 @@ class MeasureWorker:
             buffer = io.BytesIO()
             torch.save([t.detach().cpu() for t in inputs], buffer)
             packed = buffer.getvalue()
-        self._graph = ("graph", graph_spec, packed, seed, dict(settings or {}))
+        self._graph = SetupRequest(graph_spec, packed, seed, dict(settings or {}))
         self._ready = False
 
     @property
@@ -276,17 +325,17 @@ class MeasureWorker:
             if not self._conn.poll(self.start_timeout_s):
                 self._stop(kill=True)
                 raise MeasureError(f"the measurement worker did not set up within {self.start_timeout_s:g} s")
-            status, why = self._conn.recv()
+            setup: SetupResponse = self._conn.recv()
         except (EOFError, OSError) as e:
             code = self._stop(kill=True)
             raise MeasureError(f"the measurement worker died while setting up ({_exit_description(code)})") from e
-        if status != "ready":
-            raise MeasureError(f"the measurement worker could not set up the graph and its inputs: {why}")
+        if not setup.ready:
+            raise MeasureError(f"the measurement worker could not set up the graph and its inputs: {setup.reason}")
         self._ready = True
 
-    def _ask(self, request: tuple[Any, ...]) -> tuple[dict[str, Any], str] | str:
-        """Send one request to the worker (started and set up first if needed) and wait for its answer:
-        (answer, context-lost reason), or why there is none, the worker then replaced."""
+    def _ask(self, request: JudgeRequest | RetimeRequest) -> JudgeResponse | RetimeResponse | str:
+        """Send one request to the worker (started and set up first if needed) and wait for its answer, or why
+        there is none, the worker then replaced (also after an answer whose context-lost reason is set)."""
         if self._worker is None or not self._ready:
             self._set_up()
         try:
@@ -294,43 +343,45 @@ class MeasureWorker:
             if not self._conn.poll(self.timeout_s):
                 self._stop(kill=True)
                 return f"timed out after {self.timeout_s:g} s; the measurement worker was replaced"
-            result, lost = self._conn.recv()
+            answer: JudgeResponse | RetimeResponse = self._conn.recv()
         except (EOFError, OSError):
             code = self._stop(kill=True)
             return f"failed: the measurement worker died ({_exit_description(code)}); replaced"
-        if lost:
+        if answer.lost:
             self._stop(kill=False)
-        return result, lost
+        return answer
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
-        """The plan's judgement; never raises for what the plan's kernels do (a worker that cannot even set up
-        raises MeasureError, which fails the trial)."""
-        answer = self._ask(("judge", plan_json, kernels))
+    def judge(self, plan: Candidate | str, kernels: bool = False) -> Judgement:
+        """The plan's judgement (a Candidate, built by the caller; or its JSON, generated in the worker); never
+        raises for what the plan's kernels do (a worker that cannot even set up raises MeasureError, which
+        fails the trial)."""
+        answer = self._ask(JudgeRequest(Candidate.of(plan), kernels))
         if isinstance(answer, str):
             return Judgement(False, answer)
-        result, lost = answer
-        judgement = Judgement.from_dict(result)
-        if lost:
+        assert isinstance(answer, JudgeResponse)
+        judgement = answer.judgement
+        if answer.lost:
             reason = judgement.reason or "failed"
-            return Judgement(False, f"{reason}; the GPU context was lost ({lost}); the measurement worker was "
-                             "replaced", judgement.rel_err)
+            return Judgement(False, f"{reason}; the GPU context was lost ({answer.lost}); the measurement worker "
+                             "was replaced", judgement.rel_err)
         return judgement
 
-    def retime(self, plan_jsons: Sequence[str], rounds: int = 5) -> list[float | None]:
+    def retime(self, plans: Sequence[Candidate | str], rounds: int = 5) -> list[float | None]:
         """Plans already judged, timed again side by side in interleaved rounds (measure.judge.retime_plans):
         each one's median over rounds, None where it could not be timed (also when the worker died or timed
         out: the search then keeps its first figures; the reason is logged)."""
-        if not plan_jsons:
+        if not plans:
             return []
-        nothing: list[float | None] = [None] * len(plan_jsons)
-        answer = self._ask(("retime", list(plan_jsons), rounds))
-        if isinstance(answer, str) or answer[1]:
-            why = answer if isinstance(answer, str) else f"the GPU context was lost ({answer[1]})"
-        elif "reason" in answer[0]:
-            why = answer[0]["reason"]
+        nothing: list[float | None] = [None] * len(plans)
+        answer = self._ask(RetimeRequest(tuple(Candidate.of(p) for p in plans), rounds))
+        if isinstance(answer, str):
+            why = answer
         else:
-            return list(answer[0].get("us", nothing))
-        log.warning("re-timing %d plans in the measurement worker gave nothing: %s", len(plan_jsons), why)
+            assert isinstance(answer, RetimeResponse)
+            if not answer.lost and not answer.reason:
+                return list(answer.us)
+            why = f"the GPU context was lost ({answer.lost})" if answer.lost else answer.reason
+        log.warning("re-timing %d plans in the measurement worker gave nothing: %s", len(plans), why)
         return nothing
 
     def _stop(self, kill: bool) -> int | None:
@@ -345,25 +396,17 @@ class MeasureWorker:
             worker.close()
 
 
+def serve(conn: Any, role: str, device: str, judge: str = "") -> None:
+    """A worker's loop on its connection: role 'measure' (with the judge's 'module:function') or 'compile'."""
+    if role == "measure":
+        _serve(conn, device, judge)
+    else:
+        _serve_compiles(conn, device)
+
+
 def _child_main(argv: Sequence[str]) -> None:
     """A worker interpreter: argv = the socket's fd, the role (compile or measure), the device, the judge."""
-    fd, role, device = int(argv[0]), argv[1], argv[2]
-    conn = Connection(fd)
-    if role == "measure":
-        _serve(conn, device, argv[3])
-        return
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request is None:
-            return
-        reason = _warm(request[0], request[1], device)
-        lost = _context_lost(device)  # after an illegal address this process can run nothing more
-        conn.send((reason, lost))
-        if lost:
-            return
+    serve(Connection(int(argv[0])), argv[1], argv[2], argv[3] if len(argv) > 3 else "")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Judging one plan on the GPU: validate it against the float64 reference, then time it whole and, for the
 learned model's refit, each kernel alone. The same function runs in the search's process or, isolated, in a
-measurement worker (measure.isolate.MeasureWorker); its answer is a plain dict so that it crosses a pipe."""
+measurement worker (measure.isolate.MeasureWorker); its answer is a plain dict (what any judge function
+returns; the worker sends it back as a Judgement)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,9 +13,12 @@ from typing import Any
 
 import torch
 
-from fusionsearch.codegen.runtime import compile_plan
+from fusionsearch.codegen.runtime import Built, build, compile_plan, load_built
 from fusionsearch.errors import MeasureError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.measure.requests import Candidate
+
+log = logging.getLogger("fusionsearch.measure")
 
 
 @dataclass(frozen=True)
@@ -38,10 +43,24 @@ class Judgement:
                    kernel_error=str(d.get("kernel_error", "")))
 
 
+def handed(candidate: Candidate) -> Built | None:
+    """The candidate's source, read back from the kernel cache by its key (only a text that still hashes to
+    it); None without a key, or (logged) when the entry is missing or changed: the plan is then generated."""
+    if not candidate.key:
+        return None
+    found = load_built(candidate.key)
+    if found is None:
+        log.warning("the kernel cache entry fs_%s.py is missing or changed; its plan is generated again",
+                    candidate.key)
+    return found
+
+
 @dataclass
 class MeasureState:
     """What every judgement of one graph shares: the graph, its inputs on the device, the caller's settings
-    for the judge, and the float64 reference outputs, computed once on first use."""
+    for the judge, and the float64 reference outputs, computed once on first use; and the generated modules
+    of the request being answered (by plan JSON), so that validating, timing and timing each kernel alone
+    compile one source, generated once."""
 
     graph: OpGraph
     inputs: Sequence[torch.Tensor]
@@ -49,6 +68,20 @@ class MeasureState:
     settings: dict[str, Any] = field(default_factory=dict)
     _refs: list[torch.Tensor] | None = field(default=None, repr=False)
     _refs_error: str = field(default="", repr=False)
+    _builds: dict[str, Built] = field(default_factory=dict, repr=False)
+
+    def hand(self, candidates: Sequence[Candidate]) -> None:
+        """The candidates of the next request: their sources as `handed` finds them; one without is generated
+        when first needed."""
+        self._builds = {c.plan_json: found for c in candidates if (found := handed(c)) is not None}
+
+    def built(self, plan: Any, plan_json: str) -> Built:
+        """The plan's generated module: the one handed with the request, else generated now (kept for the
+        request's other steps)."""
+        found = self._builds.get(plan_json)
+        if found is None:
+            found = self._builds[plan_json] = build(plan)
+        return found
 
     def refs(self) -> list[torch.Tensor]:
         """The float64 reference outputs. Where they do not fit in memory (the GPU's, then the host's: a MoE
@@ -89,7 +122,12 @@ def validated(state: MeasureState, plan_json: str) -> tuple[Any, float, dict[str
     from fusionsearch.plan import Plan
 
     plan = Plan.from_json(plan_json, state.graph, None)
-    v = validate(plan, state.graph, state.inputs, seed=state.seed, refs=state.refs())
+    refs = state.refs()
+    try:
+        built = state.built(plan, plan_json)
+    except Exception as e:  # the plan's source does not generate: invalid, as validate says of what fails to run
+        return plan, math.inf, {"ok": False, "rel_err": math.inf, "reason": f"invalid: {failure_reason(e)}"}
+    v = validate(plan, state.graph, state.inputs, seed=state.seed, refs=refs, built=built)
     return plan, v.rel_err, None if v.ok else {"ok": False, "rel_err": v.rel_err, "reason": f"invalid: {v.reason}"}
 
 
@@ -100,8 +138,9 @@ def judge_plan(state: MeasureState, plan_json: str, kernels: bool = False) -> di
     plan, rel_err, invalid = validated(state, plan_json)
     if invalid is not None:
         return invalid
+    built = state.built(plan, plan_json)
     try:
-        t = benchmark(plan, state.inputs)
+        t = benchmark(plan, state.inputs, built=built)
     except MeasureError as e:  # no GPU to time on: the plan was still validated
         return {"ok": False, "rel_err": rel_err, "reason": f"failed: {e}"}
     if not t.ok:
@@ -109,7 +148,7 @@ def judge_plan(state: MeasureState, plan_json: str, kernels: bool = False) -> di
     out: dict[str, Any] = {"ok": True, "rel_err": rel_err, "median_us": t.median_us}
     if kernels:
         try:
-            out["kernel_us"] = kernel_times(plan, state.inputs)
+            out["kernel_us"] = kernel_times(plan, state.inputs, built=built)
         except Exception as e:  # the plan was measured whole; without its kernels alone it only teaches less
             out["kernel_error"] = failure_reason(e, 200)
     return out
@@ -127,7 +166,8 @@ def retime_plans(state: MeasureState, plan_jsons: Sequence[str], rounds: int = 5
     calls: dict[str, Any] = {}
     for i, plan_json in enumerate(plan_jsons):
         try:
-            run = compile_plan(Plan.from_json(plan_json, state.graph, None)).module.run
+            plan = Plan.from_json(plan_json, state.graph, None)
+            run = compile_plan(plan, state.built(plan, plan_json)).module.run
         except Exception:  # it compiled when it was judged; whatever stops it now leaves it out
             continue
         calls[str(i)] = (lambda run=run: run(*state.inputs))
@@ -146,11 +186,15 @@ class InProcessJudge:
     def __init__(self, graph: OpGraph, inputs: Sequence[torch.Tensor], seed: int = 0) -> None:
         self.state = MeasureState(graph, inputs, seed)
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
-        return Judgement.from_dict(judge_plan(self.state, plan_json, kernels))
+    def judge(self, plan: Candidate | str, kernels: bool = False) -> Judgement:
+        candidate = Candidate.of(plan)
+        self.state.hand([candidate])
+        return Judgement.from_dict(judge_plan(self.state, candidate.plan_json, kernels))
 
-    def retime(self, plan_jsons: Sequence[str], rounds: int = 5) -> list[float | None]:
-        return retime_plans(self.state, plan_jsons, rounds)["us"]
+    def retime(self, plans: Sequence[Candidate | str], rounds: int = 5) -> list[float | None]:
+        candidates = [Candidate.of(p) for p in plans]
+        self.state.hand(candidates)
+        return retime_plans(self.state, [c.plan_json for c in candidates], rounds)["us"]
 
     def close(self) -> None:
         pass

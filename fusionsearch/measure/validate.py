@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionsearch.codegen.runtime import compile_plan, naming_source
+from fusionsearch.codegen.runtime import Built, compile_plan, naming_source
 from fusionsearch.errors import failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.reference import random_inputs, reference
@@ -32,10 +32,11 @@ def float64_reference(g: OpGraph, inputs: Sequence[torch.Tensor]) -> list[torch.
 
 def validate(plan: object, graph: object = None, inputs: Sequence[torch.Tensor] | None = None, seed: int = 0,
              device: str | torch.device | None = None, refs: Sequence[torch.Tensor] | None = None,
-             **options: object) -> Validation:
+             built: Built | None = None, **options: object) -> Validation:
     """Compile and run `plan` on `inputs` (fresh random inputs when None) with poisoned outputs; compare each
-    output to the float64 reference (`refs`, when the caller already computed it for these inputs).
-    Never raises for a failing kernel: the reason is returned."""
+    output to the float64 reference (`refs`, when the caller already computed it for these inputs). `built`:
+    the plan's module generated already (codegen.runtime.build). Never raises for a failing kernel: the reason
+    is returned."""
     g = graph if graph is not None else plan.graph  # type: ignore[attr-defined]
     if inputs is None:
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -47,7 +48,7 @@ def validate(plan: object, graph: object = None, inputs: Sequence[torch.Tensor] 
             return Validation(False, float("inf"), f"the reference output {i} has NaN/Inf: inputs outside the domain")
     compiled = None
     try:
-        compiled = compile_plan(plan, **options)
+        compiled = compile_plan(plan, built, **options)
         if inputs[0].device.type == "cuda":  # the first call launches through Triton; check the direct launches
             compiled(*inputs)                # that every later call (and every timing) makes
         outs = compiled(*inputs, poison=True)

@@ -23,6 +23,8 @@ from typing import Any
 
 import optuna
 
+from fusionsearch.errors import failure_reason
+from fusionsearch.measure.requests import Candidate
 from fusionsearch.plan import Plan
 from fusionsearch.search.objective import Objective
 from fusionsearch.search.outcome import TrialOutcome, tell
@@ -148,13 +150,20 @@ part way (Ctrl-C, the deadline passing in a long step: TimeUp), the trials not t
                 raise
             except Exception as e:
                 prepared.append(TrialOutcome.from_exception(e))
-        survivors = [(t.number, p) for t, p in zip(batch, prepared, strict=True) if isinstance(p, Plan)]
-        failures = dict(zip([n for n, _ in survivors], pool.warm(objective.graph.to_dict(),
-                                                                 [p.to_json() for _, p in survivors]),
-                            strict=True)) if pool is not None else {}
+        built: dict[int, Candidate] = {}  # each survivor generated once, here: the pool and the judge take it
+        if pool is not None:
+            for i, (trial, plan) in enumerate(zip(batch, prepared, strict=True)):
+                if isinstance(plan, Plan):
+                    try:
+                        built[trial.number] = objective.candidate(plan)
+                    except Exception as e:  # its source does not generate: nothing to compile
+                        prepared[i] = TrialOutcome.failed(f"compile failed: {failure_reason(e)}")
+        failures = dict(zip(built, pool.warm(objective.graph.to_dict(), list(built.values())),
+                            strict=True)) if built else {}
         for trial, plan, beat in zip(batch, prepared, beats, strict=True):
             try:
-                frozen = tell(study, trial, _judge(objective, trial, plan, failures.get(trial.number, "")))
+                frozen = tell(study, trial, _judge(objective, trial, plan, failures.get(trial.number, ""),
+                                                   built.get(trial.number)))
                 told.add(trial.number)
             finally:
                 beat.__exit__()
@@ -181,12 +190,12 @@ def abandon(study: optuna.Study, trial: optuna.Trial, why: BaseException) -> Non
 
 
 def _judge(objective: Objective, trial: optuna.Trial, prepared: Plan | TrialOutcome,
-           compile_failure: str) -> TrialOutcome:
+           compile_failure: str, candidate: Candidate | None) -> TrialOutcome:
     """The outcome of one prepared trial; an exception fails this trial only, with its reason."""
     if isinstance(prepared, TrialOutcome):
         return prepared
     try:
-        return objective.finish(trial, prepared, compile_failure)
+        return objective.finish(trial, prepared, compile_failure, candidate)
     except TimeUp:
         raise
     except Exception as e:

@@ -11,9 +11,11 @@ from typing import Any
 import optuna
 
 from fusionsearch import settings
-from fusionsearch.errors import CostModelError, FusionSearchError, PlanError
+from fusionsearch.codegen.runtime import build
+from fusionsearch.errors import CostModelError, FusionSearchError, PlanError, failure_reason
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.measure.judge import Judgement
+from fusionsearch.measure.requests import Candidate
 from fusionsearch.plan import FusedMatmulKernel, Plan, prologue_bytes_ok
 from fusionsearch.search.options import MODEL_FILES, SearchOptions
 from fusionsearch.search.outcome import TrialOutcome
@@ -79,6 +81,7 @@ class Objective:
         self.watch = Watch()  # the search's deadline and bar, as a long step of a trial sees them (session.py)
         self._checked: dict[str, TrialOutcome | None] = {}
         self._small: OpGraph | bool | None = None
+        self._keys: dict[str, str] = {}  # plan JSON -> its generated module's content key (candidate)
 
     def suggest(self, trial: optuna.Trial) -> dict[str, str]:
         return self.space.suggest(trial)
@@ -108,8 +111,20 @@ class Objective:
                                        f"{self.options.prune_margin}x the best measured plan's prediction")
         return plan
 
-    def finish(self, trial: optuna.Trial, plan: Plan, compile_failure: str = "") -> TrialOutcome:
-        """Judge a prepared plan by the backend; a compile failure found by a compile worker fails the trial."""
+    def candidate(self, plan: Plan) -> Candidate:
+        """The plan as the compile workers and the judge take it: its JSON and the content key of its module,
+        generated here once per distinct plan (kept in the kernel cache, where the workers read it back), so
+        that neither worker generates it again; raises what generating raises."""
+        plan_json = plan.to_json()
+        key = self._keys.get(plan_json)
+        if key is None:
+            key = self._keys[plan_json] = build(plan).key
+        return Candidate(plan_json, key)
+
+    def finish(self, trial: optuna.Trial, plan: Plan, compile_failure: str = "",
+               candidate: Candidate | None = None) -> TrialOutcome:
+        """Judge a prepared plan by the backend (on the GPU, as `candidate`: built already for the compile
+        pool); a compile failure found by a compile worker fails the trial."""
         if compile_failure:
             return TrialOutcome.failed(f"compile failed: {compile_failure}")
         predicted = trial.user_attrs["predicted_us"]
@@ -122,7 +137,7 @@ class Objective:
             value = predicted
         else:
             version = self.model_version
-            measured = self._measure(trial, plan)
+            measured = self._measure(trial, plan, candidate)
             if measured.status != "ok":
                 return measured
             assert measured.time_us is not None
@@ -184,10 +199,15 @@ class Objective:
                 self._checked[key] = None if v.ok else TrialOutcome.invalid(v.reason)
         return self._checked[key]
 
-    def _measure(self, trial: optuna.Trial, plan: Plan) -> TrialOutcome:
+    def _measure(self, trial: optuna.Trial, plan: Plan, candidate: Candidate | None = None) -> TrialOutcome:
         """Judge the plan on the GPU: its measured time, or why it failed (wrong numbers are a failure here, as
         a fault or a timeout is: the judge tells them apart only in the reason)."""
-        j = self.judge.judge(plan.to_json(), kernels=self.refit is not None)
+        if candidate is None:
+            try:
+                candidate = self.candidate(plan)
+            except Exception as e:  # its source does not generate: the plan fails as a compile worker says
+                return TrialOutcome.failed(f"compile failed: {failure_reason(e)}")
+        j = self.judge.judge(candidate, kernels=self.refit is not None)
         if j.rel_err is not None:
             trial.set_user_attr("rel_err", j.rel_err)
         if not j.ok:

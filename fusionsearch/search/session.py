@@ -10,7 +10,7 @@ import logging
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,7 +168,7 @@ def run_session(session: Session, inputs: Sequence[torch.Tensor] | None, judge: 
         run_trials(slots, objective, None if options.timeout is None else start + options.timeout, bar, pool)
         say_unfinished(slots)
         if backend == "gpu" and options.finalists > 1 and hasattr(judge, "retime"):
-            finals = _retime_finalists(study, space, judge, options.finalists)
+            finals = _retime_finalists(study, space, judge, options.finalists, objective.candidate)
     finally:
         if pool is not None:
             pool.close()
@@ -226,20 +226,25 @@ def _gpu_judge(graph: OpGraph, inputs: Sequence[torch.Tensor] | None, options: S
     return InProcessJudge(graph, inputs, options.seed)
 
 
-def _retime_finalists(study: optuna.Study, space: Space, judge: Any, count: int) -> list[dict[str, Any]]:
-    """The `count` fastest measured plans (distinct), timed again side by side by the judge: per plan its
-    trial number and parameters, first figure and final figure (None where it could not be timed again)."""
+def _retime_finalists(study: optuna.Study, space: Space, judge: Any, count: int,
+                      candidate: Callable[[Plan], Any]) -> list[dict[str, Any]]:
+    """The `count` fastest measured plans (distinct), timed again side by side by the judge (as `candidate`
+    gives them: built when they were measured): per plan its trial number and parameters, first figure and
+    final figure (None where it could not be timed again)."""
     complete = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None),
                       key=lambda t: t.value)
     chosen: dict[str, Any] = {}
+    plans: list[Plan] = []
     for t in complete:
-        chosen.setdefault(space.plan(t.params).to_json(), t)
+        plan = space.plan(t.params)
+        if chosen.setdefault(plan.to_json(), t) is t:
+            plans.append(plan)
         if len(chosen) == count:
             break
     if len(chosen) < 2:
         return []
     try:
-        final = judge.retime(list(chosen), 5)
+        final = judge.retime([candidate(p) for p in plans], 5)
     except Exception as e:  # the first figures stand
         log.warning("re-timing the finalists failed: %s", failure_reason(e, 200))
         return []

@@ -22,6 +22,7 @@ from fusionsearch.costmodel.train import load_dataset
 from fusionsearch.datasets.measurements import append_rows
 from fusionsearch.errors import CostModelError, SpecError
 from fusionsearch.measure.judge import Judgement
+from fusionsearch.measure.requests import Candidate
 from fusionsearch.plan import Plan
 from fusionsearch.search.study import SearchOptions, run_study
 
@@ -124,8 +125,8 @@ def test_a_gpu_search_refits_its_learned_model_as_plans_are_measured(
     g = fs.workload("mm_bias_gelu", M=32, K=512, N=512)
 
     class SimulatedGPU:
-        def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
-            us = device_us(Plan.from_json(plan_json, g))
+        def judge(self, plan: Candidate, kernels: bool = False) -> Judgement:
+            us = device_us(Plan.from_json(plan.plan_json, g))
             return Judgement(True, rel_err=0.0, median_us=sum(us), kernel_us=tuple(us) if kernels else None)
 
         def close(self) -> None:

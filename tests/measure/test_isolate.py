@@ -218,9 +218,10 @@ def test_a_compile_worker_whose_cuda_context_is_lost_is_replaced(monkeypatch: py
 
             def serve() -> None:
                 while (request := theirs.recv()) is not None:
-                    faults = request[1] == "faulting plan"
-                    theirs.send(("failed: AcceleratorError: an illegal memory access" if faults else "",
-                                 "CUDA error: an illegal memory access" if faults else ""))
+                    faults = request.candidate.plan_json == "faulting plan"
+                    theirs.send(isolate.CompileResponse(
+                        "", "failed: AcceleratorError: an illegal memory access" if faults else "",
+                        "CUDA error: an illegal memory access" if faults else ""))
                     if faults:
                         return
             threading.Thread(target=serve, daemon=True).start()

@@ -15,6 +15,7 @@ import fusionsearch as fs
 from fusionsearch.errors import SpecError
 from fusionsearch.measure.isolate import MeasureWorker
 from fusionsearch.measure.judge import InProcessJudge, Judgement
+from fusionsearch.measure.requests import Candidate
 from fusionsearch.search.study import SearchOptions, run_study
 
 G = fs.workload("mm_bias_gelu", dtype=torch.float16, M=32, K=256, N=256)  # the interpreter miscomputes bf16
@@ -36,11 +37,13 @@ class SimulatedGPU:
         self.retimed: list[list[str]] = []
         self.retime_error = retime_error
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+    def judge(self, plan: Candidate, kernels: bool = False) -> Judgement:
+        plan_json = plan.plan_json
         return Judgement(True, rel_err=0.0, median_us=true_us(plan_json) * (0.75 + 0.5 * _unit(plan_json, "luck")))
 
-    def retime(self, plan_jsons: list[str], rounds: int = 5) -> list[float | None]:
-        self.retimed.append(list(plan_jsons))
+    def retime(self, plans: list[Candidate], rounds: int = 5) -> list[float | None]:
+        plan_jsons = [p.plan_json for p in plans]
+        self.retimed.append(plan_jsons)
         if self.retime_error:
             raise self.retime_error
         return [true_us(p) for p in plan_jsons]

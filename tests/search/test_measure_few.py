@@ -22,6 +22,7 @@ from fusionsearch.costmodel.pricing import plan_time_us
 from fusionsearch.costmodel.refit import FIRST_REFIT, StudyRefit
 from fusionsearch.errors import CostModelError, SpecError
 from fusionsearch.measure.judge import Judgement
+from fusionsearch.measure.requests import Candidate
 from fusionsearch.plan import Plan
 from fusionsearch.search.loop import run_trials
 from fusionsearch.search.options import MEASURE
@@ -63,7 +64,8 @@ class StandIn:
         pred = self.model.predict(to_matrix(plan_features(plan, H200)))
         return [float(us) * (1.0 if k.kind == "library" else QUIRK) for us, k in zip(pred, plan.kernels, strict=True)]
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Judgement:
+    def judge(self, plan: Candidate, kernels: bool = False) -> Judgement:
+        plan_json = plan.plan_json
         self.judged.append(plan_json)
         us = self.kernel_us(Plan.from_json(plan_json, G))
         return Judgement(True, rel_err=0.0, median_us=sum(us), kernel_us=tuple(us) if kernels else None)
@@ -136,9 +138,9 @@ class FakePool:
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
 
-    def warm(self, graph: dict[str, Any], plan_jsons: list[str]) -> list[str]:
-        self.batches.append(list(plan_jsons))
-        return [""] * len(plan_jsons)
+    def warm(self, graph: dict[str, Any], plans: list[Candidate]) -> list[str]:
+        self.batches.append([p.plan_json for p in plans])
+        return [""] * len(plans)
 
 
 def test_batches_never_span_a_refit_so_the_corrected_model_draws_the_next_plans(model_path: str) -> None:
