@@ -155,7 +155,7 @@ def main() -> None:
         g = fs.capture(linear, x, w, s)
         base = fully_fused(g)
         for short in DECODE_BEST:
-            cfg = DecodeConfig.from_short(short)
+            cfg = DecodeConfig.from_short(f"decode {short}")
             plan = with_kernel(base, lambda kk, c=cfg: DecodeKernel(kk.matmul, kk.prologue_a, kk.prologue_b,
                                                                     kk.epilogue, c))
             run = fs.compile_plan(plan)
