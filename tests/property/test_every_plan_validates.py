@@ -36,7 +36,7 @@ from fusionsearch.kinds.triton_source.scale_after_dot import find_scales
 from fusionsearch.measure import validate
 from fusionsearch.measure.validate import TOLERANCE, rel_error
 from fusionsearch.plan import FusedMatmulKernel, Plan, TemplateKernel, TileConfig, problem, template_operands
-from fusionsearch.search.space import Space, enumerate_space
+from fusionsearch.search.space import Choice, Space, enumerate_space
 
 MAX_DIM = 48  # M and N in 1..MAX_DIM: 1 and non-multiples of every block size included
 MAX_K = 100  # K in 1..MAX_K: long enough for several K tiles, so split-K splits
@@ -641,7 +641,7 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
     params: dict[str, str] = {}
     for grp in space.groups:
         params[f"{grp.key}.fusion"] = draw(st.sampled_from(grp.options))
-    configs, others = [], []
+    added: dict[int, Choice] = {}  # per matmul, a drawn choice the space did not offer, added to its choices
     chosen: dict[str, TileConfig | DecodeConfig | GroupedConfig] = {}
     for i, mm in enumerate(space.matmuls):
         offered = space.others[i] if space.others else ()
@@ -650,8 +650,7 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
         cfg: TileConfig | DecodeConfig | GroupedConfig
         if grouped and draw(st.integers(0, 99)) < 60:  # most expert bmms the grouped kind may run
             cfg = draw(st.one_of(st.sampled_from(grouped).map(GroupedConfig.from_short), grouped_configs))
-            others.append(offered if cfg.short() in grouped else (*offered, (cfg.short(), "grouped")))
-            configs.append(space.configs[i])
+            added[i] = Choice(cfg.short(), "grouped", cfg)
         elif decode and draw(st.booleans()):  # half the matmuls the decode kind may run
             cfg = draw(st.one_of(st.sampled_from(decode).map(DecodeConfig.from_short), decode_configs, decode_configs))
             k, least = problem(g, mm).k, DecodeConfig.least_block_k(cfg.product, True)
@@ -666,16 +665,16 @@ def draw_plan(draw: Draw, g: OpGraph) -> tuple[Plan, Space, tuple[tuple[TileConf
             if cfg.pairs and problem(g, mm).n % 4 == 0 and (cfg.on_cuda_cores or cfg.block_n >= 64) \
                     and draw(st.integers(0, 3)) > 0:  # B's columns as 4-byte words (int4 bytes unpacked word by word)
                 cfg = replace(cfg, words=True)
-            others.append(offered if cfg.short() in decode else (*offered, (cfg.short(), "decode")))
-            configs.append(space.configs[i])
+            added[i] = Choice(cfg.short(), "decode", cfg)
         else:
             cfg = draw(st.one_of(st.sampled_from(space.configs[i]), tile_configs, split_k_configs))
-            configs.append(space.configs[i] if cfg in space.configs[i] else (*space.configs[i], cfg))
-            others.append(offered)
+            added[i] = Choice(cfg.short(), "template", cfg)
         params[f"mm{i}.config"] = cfg.short()
         chosen[mm] = cfg
     candidates = space.configs
-    space = replace(space, configs=tuple(configs), others=tuple(others) if any(others) else ())
+    space = replace(space, choices=tuple(
+        (*cs, added[i]) if i in added and added[i].label not in {c.label for c in cs} else cs
+        for i, cs in enumerate(space.choices)))
     try:
         plan = space.plan(params)
     except PlanError:
