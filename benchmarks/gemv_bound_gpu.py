@@ -122,11 +122,11 @@ def main() -> None:
         dry()
         return
     import fusionsearch as fs
+    from benchmarks.decode_sweep_gpu import with_kernel
     from fusionsearch.dynamo.race import inductor_region, interleaved_timer
     from fusionsearch.kinds.decode_matmul import DecodeConfig, DecodeKernel
     from fusionsearch.measure.bench import measure_ceilings, time_callable
     from fusionsearch.plan import FusedMatmulKernel, fully_fused
-    from benchmarks.decode_sweep_gpu import with_kernel
 
     ceilings = measure_ceilings()
     bw = ceilings["bandwidth_bytes_per_s"]
@@ -145,7 +145,7 @@ def main() -> None:
         for cfg in rows_configs(n):
             fn = rows_fn(x, w, s, *cfg)
             err = ((fn().float() - want).abs().max() / want.abs().max()).item()
-            screened.append({"config": "rows%d k%d w%d s%d" % cfg, "rel_err": err,
+            screened.append({"config": "rows{} k{} w{} s{}".format(*cfg), "rel_err": err,
                              "median_us": time_callable(fn, 5, 20).median_us, "fn": fn})
         reads = [{"config": f"read {b}B w{wp}", "median_us": time_callable(f := read_fn(w, b, wp), 5, 20).median_us,
                   "fn": f} for b, wp in READ_BLOCKS]
@@ -159,12 +159,12 @@ def main() -> None:
             plan = with_kernel(base, lambda kk, c=cfg: DecodeKernel(kk.matmul, kk.prologue_a, kk.prologue_b,
                                                                     kk.epilogue, c))
             run = fs.compile_plan(plan)
-            cands[f"decode {short}"] = lambda run=run: run(x, w, s)
+            cands[f"decode {short}"] = lambda run=run, inp=(x, w, s): run(*inp)
         assert any(isinstance(kk, FusedMatmulKernel) for kk in base.kernels)
         theirs = inductor_region(g, [x, w, s], "max-autotune")
-        cands["inductor max-autotune"] = lambda: theirs(x, w, s)
+        cands["inductor max-autotune"] = lambda theirs=theirs, inp=(x, w, s): theirs(*inp)
         wb = w.to(torch.bfloat16)
-        cands["cublas bf16"] = lambda: torch.nn.functional.linear(x, wb)
+        cands["cublas bf16"] = lambda x=x, wb=wb: torch.nn.functional.linear(x, wb)
         raced = race(cands)
         read_us = w.numel() / bw * 1e6
         case = {"k": k, "n": n, "weight_bytes": w.numel(), "copy_weight_us": read_us, "raced": raced,

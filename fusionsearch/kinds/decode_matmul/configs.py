@@ -37,6 +37,16 @@ KNOWN_GOOD: tuple[DecodeConfig, ...] = (
     DecodeConfig(64, 128, 8, 4, 3, "dot"),
     DecodeConfig(64, 128, 4, 4, 3, "fma_acc"),
 )
+# At one row, the plain GEMV (few whole weight rows a CTA, a long contiguous K block, no split): the fastest
+# int8 one-row kernels measured (benchmarks/results/h100-2026-12-08-gemv-bound, a standalone Triton GEMV of this
+# form: rows4 k1024 w4 s3 best on 3 of 5 of Llama-2-7B's shapes, rows8 k512 w4 s3 on 11008->4096, 1.05-1.12x a
+# kernel that only reads the weight, against `dot n64 k128`'s 1.16-1.14x); offered after KNOWN_GOOD.
+KNOWN_GOOD_GEMV: tuple[DecodeConfig, ...] = (
+    DecodeConfig(4, 1024, 1, 4, 3, "gemv"),
+    DecodeConfig(8, 512, 1, 4, 3, "gemv"),
+    DecodeConfig(4, 512, 1, 4, 3, "gemv"),
+    DecodeConfig(8, 1024, 1, 4, 3, "gemv"),
+)
 # Where B's K is unpacked from nibble pairs (int4), the pairs forms measured fastest lead (same folder,
 # 3-sweep-w4/: at one row `fma_acc n256 k64 sk8` 23.6 us, `n256 k32 sk16` 23.7; at 16 rows `dot_t n64 k128 sk4`
 # 29.1; the fma_acc forms only at up to 4 rows, where their accumulator fits). In the words form of the real
@@ -167,9 +177,9 @@ def _rowed(configs: list[DecodeConfig]) -> list[DecodeConfig]:
 
 def _paired(configs: list[DecodeConfig], p: Problem) -> list[DecodeConfig]:
     """The pairs form of each config that can take it (K a whole number of K blocks, half a K block enough for
-    its product)."""
-    return [replace(c, pairs=True) for c in configs
-            if pairs_fit(p, c.block_k) and c.block_k >= DecodeConfig.least_block_k(c.product, True)]
+    its product; gemv has none)."""
+    return [replace(c, pairs=True) for c in configs if c.product != "gemv"
+            and pairs_fit(p, c.block_k) and c.block_k >= DecodeConfig.least_block_k(c.product, True)]
 
 
 def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfig, ...]:
@@ -197,6 +207,8 @@ def decode_candidates(g: OpGraph, mm: str, limit: int = 48) -> tuple[DecodeConfi
                 and c.accumulator_per_thread(p.m) <= MAX_ACCUMULATOR]
 
     fixed = offered(KNOWN_GOOD)
+    if p.m == 1:
+        fixed += [c for c in offered(KNOWN_GOOD_GEMV) if c.block_k <= padded_block(p.k)]
     if unpacks_pairs(g, mm):
         known = _paired(offered(KNOWN_GOOD_PAIRS), p)
         words = _worded(known) if reads_words(g, mm) else []

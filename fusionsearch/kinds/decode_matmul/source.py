@@ -38,7 +38,10 @@ _PRODUCT = {
     "dot_t": "{acc} = tl.dot(b{s}{w}, a{s}, {acc}{precision})",  # B^T [BLOCK_N, BLOCK_K] @ A^T [BLOCK_K, BLOCK_M]
     "fma": "{acc} += tl.sum(a{s}.to(tl.float32)[:, :, None] * b{s}{w}.to(tl.float32)[None, :, :], axis=1)",
     "fma_acc": "{acc}_3d += a{s}.to(tl.float32)[:, :, None] * b{s}{w}.to(tl.float32)[None, :, :]",  # summed after
+    # B^T [BLOCK_N, BLOCK_K] as the weight lies, A^T [BLOCK_K, BLOCK_M]: [BLOCK_M, BLOCK_N, BLOCK_K], summed after
+    "gemv": "{acc}_3d += tl.trans(a{s}).to(tl.float32)[:, None, :] * b{s}{w}.to(tl.float32)[None, :, :]",
 }
+_SUMMED_AFTER = {"fma_acc": 1, "gemv": 2}  # the product forms with a K-wide accumulator: the axis of K in it
 _FMA_PAIRS = ("{acc} += tl.sum(a_e.to(tl.float32)[:, :, None] * b_e{w}.to(tl.float32)[None, :, :] + "
               "a_o.to(tl.float32)[:, :, None] * b_o{w}.to(tl.float32)[None, :, :], axis=1)")
 
@@ -71,6 +74,8 @@ def _accumulators(src: Source, c: DecodeConfig, transposed: bool) -> list[str]:
         if c.product == "fma_acc":
             src.line(f"{acc}_3d = tl.zeros((BLOCK_M, {'BLOCK_K // 2' if c.pairs else 'BLOCK_K'}, {cols}), "
                      "dtype=tl.float32)")
+        elif c.product == "gemv":
+            src.line(f"{acc}_3d = tl.zeros((BLOCK_M, {cols}, BLOCK_K), dtype=tl.float32)")
     return accs
 
 
@@ -80,8 +85,8 @@ def _reduce(src: Source, accs: list[str], product: str, transposed: bool) -> Non
     for acc in accs:
         if transposed:
             src.line(f"{acc} = tl.trans({acc})")
-        if product == "fma_acc":
-            src.line(f"{acc} = tl.sum({acc}_3d, axis=1)")
+        if product in _SUMMED_AFTER:
+            src.line(f"{acc} = tl.sum({acc}_3d, axis={_SUMMED_AFTER[product]})")
     if len(accs) > 1:
         src.line("acc = tl.reshape(tl.join(tl.join(accw0, accw2), tl.join(accw1, accw3)), (BLOCK_M, BLOCK_N))")
 
@@ -139,9 +144,10 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
         raise CodegenError(f"matmul {k.matmul!r} has an empty dimension")
     cfg, product = tile_shape(g, k), k.config.product
     split, even_k, k_tile, k_loop = _k_loop(p, cfg.block_k, cfg.split_k, cfg.num_stages)
-    transposed = product == "dot_t"
+    transposed = product == "dot_t"  # the accumulator [BLOCK_N, BLOCK_M]
+    loads_transposed = product in ("dot_t", "gemv")  # the tiles A^T [BLOCK_K, BLOCK_M] and B^T [BLOCK_N, BLOCK_K]
     t = MatmulTile(p, cfg.block_m, cfg.block_n, even_k)
-    t_load = MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=transposed)
+    t_load = MatmulTile(p, cfg.block_m, cfg.block_n, even_k, transposed=loads_transposed)
     buffers, kernel_src = Buffers(g), Source(1, NameGen())
     src = tile_header(kernel_src, f"fusionsearch decode kernel: {g.node(k.matmul).op}, prologue A "
                                   f"{len(k.prologue_a)} ops, B {len(k.prologue_b)} ops, epilogue {len(k.epilogue)} "
@@ -171,7 +177,7 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     if words and k.config.on_cuda_cores:
         op_dtype = torch.float32  # the words prologue computes in fp32, as the FMAs do: no round trip via bf16
     bk = "BLOCK_K // 2" if pairs else "BLOCK_K"
-    shapes = ({"A": "(BLOCK_K, BLOCK_M)", "B": f"({cols}, {bk})"} if transposed
+    shapes = ({"A": "(BLOCK_K, BLOCK_M)", "B": f"({cols}, {bk})"} if loads_transposed
               else {"A": "(BLOCK_M, BLOCK_K)", "B": f"({bk}, {cols})"})
     # The pairs form: B evaluated at its even and its odd K (one byte load for a nibble pair); A, a few rows,
     # read whole along K (contiguous: vector loads the pipeline can prefetch) and split in registers. In words,
@@ -183,7 +189,8 @@ def generate_decode(g: OpGraph, k: DecodeKernel, stored: set[str], name: str, o:
     # TMA: the weight's tiles through a tensor descriptor (a box of at most 256 a side; not the pairs form,
     # whose K tiles are not the weight's)
     tma = o.tma_loads and not pairs and cfg.block_n <= 256 and cfg.block_k <= 256
-    tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", transposed)} if tma else None
+    tiles = {"B": tma_tile_loads(g, k.matmul, "B", t_load, f"({k_tile}) * BLOCK_K", loads_transposed)} if tma \
+        else None
     scales = tuple(find_scales(g, k).values()) if o.scale_after_dot else ()
     precision = f', input_precision="{FP32_DOTS[o.fp32_dot]}"' if op_dtype == torch.float32 else ""
     step = _KStep(loop, k.config, precision)
