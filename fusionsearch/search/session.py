@@ -155,13 +155,18 @@ def run_session(session: Session, inputs: Sequence[torch.Tensor] | None, judge: 
             objective.best_measured_prediction = min(objective.best_measured_prediction, t.user_attrs["predicted_us"])
     bar = progress_bar(slots.remaining(), options.progress)
     objective.watch = Watch(None if options.timeout is None else start + options.timeout, bar)
-    pool = None
+    pool, shared = None, None
     if backend == "gpu" and judge is None:
-        judge = _gpu_judge(session.graph, inputs, options)
+        from fusionsearch.measure.shared import current
+
+        shared = current() if options.isolate else None  # the backend's regions: workers started once
+        judge = shared.measure_worker(session.graph.to_dict(), inputs, options.seed, options.trial_timeout_s) \
+            if shared is not None else _gpu_judge(session.graph, inputs, options)
         if options.compile_workers != 0:
             from fusionsearch.measure.isolate import CompilePool
 
-            pool = CompilePool(options.compile_workers or None)
+            pool = shared.compile_pool(options.compile_workers or None) if shared is not None \
+                else CompilePool(options.compile_workers or None)
     objective.judge = judge
     finals: list[dict[str, Any]] = []
     try:
@@ -170,9 +175,9 @@ def run_session(session: Session, inputs: Sequence[torch.Tensor] | None, judge: 
         if backend == "gpu" and options.finalists > 1 and hasattr(judge, "retime"):
             finals = _retime_finalists(study, space, judge, options.finalists, objective.candidate)
     finally:
-        if pool is not None:
+        if pool is not None and shared is None:
             pool.close()
-        if judge is not None:
+        if judge is not None and shared is None:
             judge.close()
         objective.watch = Watch()
         if bar:
