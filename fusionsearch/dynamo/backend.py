@@ -47,6 +47,7 @@ from fusionsearch.dynamo.step_race import StepChoice, inductor_step, race_step
 from fusionsearch.errors import FusionSearchError, check_names, failure_reason
 from fusionsearch.graph.capture import CapturedProgram, capture_program, module_state
 from fusionsearch.graph.opgraph import OpGraph
+from fusionsearch.measure.shared import shared_workers
 from fusionsearch.plan import Plan
 
 # BackendOptions and backend_options live in dynamo/options.py; the backend's names are these
@@ -235,20 +236,21 @@ class _Compiler:
         self.stats.not_raced = self._why_not_raced(device)
         bar = self._bar(regions, device) if progress and not control else None
         steps = []
-        for region in regions:
-            ins = [env[i] for i in region.inputs] if not control and (device != "cpu-interpreter" or self.timer) \
-                else None
-            step = self._step(region, device, ins) if region.tuned else RegionStep(glue(region), region, "glue")
-            if ins is not None:  # the next regions are searched (glue: compiled) on the values this one computes
-                env.update(zip(region.outputs, step.run(*ins), strict=True))
-            steps.append(step)
-            if bar is not None and region.tuned:
-                bar.update(1)
-                sig = region.graph.signature_hash()
-                last, best = self.stats.choices.get(sig), self.stats.best_us.get(sig)
-                kept = f", last: {last.chosen}" if last is not None else ""
-                kept += f" {best:.1f} us" if best is not None and best == best else ""
-                bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}{kept}")
+        with shared_workers():  # the regions' searches measure through one worker and one compile pool
+            for region in regions:
+                ins = [env[i] for i in region.inputs] if not control and (device != "cpu-interpreter" or self.timer) \
+                    else None
+                step = self._step(region, device, ins) if region.tuned else RegionStep(glue(region), region, "glue")
+                if ins is not None:  # the next regions are searched (glue: compiled) on the values this one computes
+                    env.update(zip(region.outputs, step.run(*ins), strict=True))
+                steps.append(step)
+                if bar is not None and region.tuned:
+                    bar.update(1)
+                    sig = region.graph.signature_hash()
+                    last, best = self.stats.choices.get(sig), self.stats.best_us.get(sig)
+                    kept = f", last: {last.chosen}" if last is not None else ""
+                    kept += f" {best:.1f} us" if best is not None and best == best else ""
+                    bar.set_postfix_str(f"searched {self.stats.searched}, cached {self.stats.cached}{kept}")
         if bar is not None:
             bar.close()
         return steps
