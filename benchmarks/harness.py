@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gzip
 import json
 import math
 import os
@@ -155,6 +156,10 @@ def write_json(obj: Any, path: str, indent: int | None = 1, default: Callable[[A
 
 
 def read_json(path: str) -> Any:
+    """The JSON at `path`, or at `path`.gz where only that exists (benchmarks/results keeps large files gzipped)."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rt") as f:
+            return json.load(f)
     with open(path) as f:
         return json.load(f)
 

@@ -114,7 +114,8 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     model = load(args.model)
     report = []
-    paths = glob.glob(os.path.join(args.results, "case*.json"))
+    found = glob.glob(os.path.join(args.results, "case*.json")) + glob.glob(os.path.join(args.results, "case*.json.gz"))
+    paths = {p.removesuffix(".gz") for p in found}  # read_json reads a case kept gzipped
     for path in sorted(paths, key=lambda p: int(os.path.basename(p)[4:-5])):
         data = read_json(path)
         c = data["case"]

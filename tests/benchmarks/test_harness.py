@@ -5,6 +5,7 @@ what was timed; no GPU needed."""
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import math
 import sys
@@ -98,3 +99,11 @@ def test_bar_chart_writes_a_png_or_says_it_could_not(tmp_path: Path, monkeypatch
     monkeypatch.setattr(harness, "pyplot", lambda: None)
     assert not harness.bar_chart(str(tmp_path / "none.png"), ["a"], {"eager": [2.0]}, "x")
     assert not (tmp_path / "none.png").exists()
+
+
+def test_read_json_reads_a_results_file_kept_gzipped(tmp_path: Path) -> None:
+    plain, packed = tmp_path / "a.json", tmp_path / "b.json"
+    plain.write_text(json.dumps({"x": 1}))
+    with gzip.open(str(packed) + ".gz", "wt") as f:
+        json.dump({"y": [2, 3]}, f)
+    assert harness.read_json(str(plain)) == {"x": 1} and harness.read_json(str(packed)) == {"y": [2, 3]}
