@@ -79,6 +79,12 @@ SLOW_FILES = {
     "tests/search/test_collect.py": "collections through worker processes, some killed and resumed",
 }
 SLOW_TESTS = {
+    "tests/costmodel/test_compiled_features.py::test_cross_validation_reports_the_model_with_and_without_compiled_figures":
+        "fits forests with and without the compiled features",
+    "tests/search/test_measure_few.py::test_the_bound_is_an_option_and_applies_only_where_a_learned_model_ranks_measured_plans":
+        "fits a learned model and runs a measured search",
+    "tests/search/test_study.py::test_a_search_of_a_huge_total_lays_out_a_bounded_number_of_slots":
+        "lays out slots of a huge study",
     "tests/benchmarks/test_measure_few_gpu.py::test_a_dry_run_writes_the_curves_the_table_and_the_chart":
         "a dry run of a GPU script end to end",
     "tests/codegen/test_fp32_dot.py::test_on_sm_90_the_tensor_core_forms_have_a_shorter_k_loop":
