@@ -91,10 +91,12 @@ class StandIn:
         return [float(us) * (0.6 + int(hashlib.sha1(f"{i}{plan_json}".encode()).hexdigest()[:6], 16) / 2**24)
                 for i, us in enumerate(pred)]
 
-    def judge(self, plan_json: str, kernels: bool = False) -> Any:
+    def judge(self, plan: Any, kernels: bool = False) -> Any:
+        """A plan's judgement; `plan` as the search hands it (a Candidate) or as this script does (its JSON)."""
         from fusionsearch.measure.judge import Judgement
+        from fusionsearch.measure.requests import Candidate
 
-        us = self.kernel_us(plan_json)
+        us = self.kernel_us(Candidate.of(plan).plan_json)
         return Judgement(True, rel_err=0.0, median_us=sum(us), kernel_us=tuple(us) if kernels else None)
 
     def close(self) -> None:
