@@ -79,6 +79,8 @@ SLOW_FILES = {
     "tests/search/test_collect.py": "collections through worker processes, some killed and resumed",
 }
 SLOW_TESTS = {
+    "tests/kinds/test_decode_gemv.py::test_gemv_plans_match_float64":
+        "every suite decode row through every gemv config in the interpreter (gpt-fast's linear stays in the first)",
     "tests/costmodel/test_compiled_features.py::test_cross_validation_reports_the_model_with_and_without_compiled_figures":
         "fits forests with and without the compiled features",
     "tests/search/test_measure_few.py::test_the_bound_is_an_option_and_applies_only_where_a_learned_model_ranks_measured_plans":
