@@ -114,6 +114,10 @@ class _Compiler:
         self.cache = PlanCache(options.cache)
         self.stats = BackendStats()
         self.timer = timer  # None: the GPU's interleaved timer (a test passes its own)
+        # by plan cache key, so that each distinct region's plan is parsed once and compiled once, whatever the
+        # number of identical regions, the progress bar's look-ups and the race
+        self._entries: dict[str, tuple[Plan, dict[str, Any]] | None] = {}  # cache entries read or written here
+        self._runs: dict[str, Callable[..., list[torch.Tensor]]] = {}  # each plan's compiled module's run
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
         try:
@@ -272,7 +276,7 @@ class _Compiler:
         tuned = [r for r in regions if r.tuned]
         distinct = {r.graph.signature_hash(): r.graph for r in tuned}  # a 32-layer model: a handful to look up
         missing = [sig for sig, g in distinct.items()
-                   if self.cache.load_entry(self.cache.key(g, device, self.options.search_settings()), g) is None]
+                   if self._entry(self.cache.key(g, device, self.options.search_settings()), g) is None]
         if not missing:
             return None
         from fusionsearch.search.progress import bar
@@ -293,7 +297,7 @@ class _Compiler:
         if self.options.inductor_regions:  # the control: Inductor's code, traced into the whole graph
             return RegionStep(lazy_inductor(g, self.options.inductor), region, "inductor")
         key = self.cache.key(g, device, self.options.search_settings())
-        entry = self.cache.load_entry(key, g)
+        entry = self._entry(key, g)
         if entry is not None:
             plan, record = entry
             best_us = record.get("best_us")
@@ -308,13 +312,17 @@ class _Compiler:
         racing = self.options.race and inputs is not None and (self.timer is not None or device != "cpu-interpreter")
         ours, theirs = None, None
         if racing and choice is None:
-            ours, failed = _built(plan, inputs)
+            ours, failed = (self._runs[key], "") if key in self._runs else _built(plan, inputs)
+            if ours is not None:
+                self._runs[key] = ours
             choice, theirs = race(g, _label(g), ours, inputs, self.options.inductor, self._timer(), plan.describe(),
                                   failed)
         if entry is None or (choice is not None and record.get("race") != choice.to_dict()):
-            self.cache.store(key, g, plan, best_us if best_us is not None else float("nan"),
-                             {"device": device, "settings": asdict(self.options),
-                              **({"race": choice.to_dict()} if choice is not None else {})})
+            extra = {"device": device, "settings": asdict(self.options),
+                     **({"race": choice.to_dict()} if choice is not None else {})}
+            stored = best_us if best_us is not None else float("nan")
+            self.cache.store(key, g, plan, stored, extra)
+            self._entries[key] = plan, {"best_us": stored, **extra}
         if choice is not None:
             self.stats.choices.setdefault(g.signature_hash(), choice)
         kept = None if choice is None else choice.inductor_us if choice.chosen == INDUCTOR else choice.ours_us
@@ -323,7 +331,15 @@ class _Compiler:
             self.stats.best_us.setdefault(g.signature_hash(), float(figure))
         if choice is not None and choice.chosen == INDUCTOR:
             return RegionStep(theirs or lazy_inductor(g, self.options.inductor), region, "inductor")
-        return RegionStep(ours or compile_plan(plan).module.run, region, "plan")
+        if ours is None:
+            ours = self._runs[key] = self._runs.get(key) or compile_plan(plan).module.run
+        return RegionStep(ours, region, "plan")
+
+    def _entry(self, key: str, g: OpGraph) -> tuple[Plan, dict[str, Any]] | None:
+        """The plan cache's entry `key` for `g` (None: none), read from disk once by this backend."""
+        if key not in self._entries:
+            self._entries[key] = self.cache.load_entry(key, g)
+        return self._entries[key]
 
     def _timer(self) -> Timer:
         if self.timer is None:
