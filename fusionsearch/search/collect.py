@@ -21,6 +21,7 @@ from fusionsearch.datasets.measurements import append_rows, check_appendable, re
 from fusionsearch.errors import FusionSearchError, PlanError, failure_reason
 from fusionsearch.kinds import compiled_kinds
 from fusionsearch.measure.bench import kernel_times
+from fusionsearch.measure.requests import Candidate
 from fusionsearch.plan import FP32_DOT
 
 
@@ -38,6 +39,18 @@ def hardware_signature() -> dict[str, Any]:
 
 def plan_id(plan: Any) -> str:
     return hashlib.sha256(plan.to_json().encode()).hexdigest()[:16]
+
+
+def candidate(plan: Any) -> Candidate:
+    """The plan as the compile and measurement workers take it, its module generated here once (issue 55 item 2:
+    compiling, validating and timing each kernel read that one source back by its key); a plan whose source
+    does not generate goes without a key, and the workers say why it fails."""
+    from fusionsearch.codegen.runtime import build
+
+    try:
+        return Candidate(plan.to_json(), build(plan).key)
+    except Exception:  # noqa: BLE001 - the compile worker generates it again and records the reason
+        return Candidate(plan.to_json())
 
 
 @dataclass(frozen=True)
@@ -132,7 +145,8 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
             plans = [p for p in sample_plans(g, options.plans_per_graph, rng, hw) if (gid, plan_id(p)) not in done]
             if not plans:
                 continue
-            failures = pool.warm(g.to_dict(), [p.to_json() for p in plans])
+            candidates = [candidate(p) for p in plans]
+            failures = pool.warm(g.to_dict(), candidates)
             worker.set_graph(g.to_dict(), seed=gi, settings=settings)
             # Each plan's compiled resources; None for a plan that does not compile for the GPU (its measurement
             # then says why)
@@ -145,10 +159,11 @@ def collect(out_path: str, options: CollectOptions) -> dict[str, int]:
                     compiler.shutdown(cancel_futures=True)
                     compiler = None
             rows = []
-            for plan, failure, res in zip(plans, failures, found, strict=True):
+            for plan, cand, failure, res in zip(plans, candidates, failures, found, strict=True):
                 resources = res if res is not None else [None] * len(plan.kernels)
                 rows += [{**r, "family": family} for r in _measure_plan(
-                    g, gid, plan, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION, kernel_features, resources)]
+                    g, gid, plan, cand, failure, worker, hw, sig, FEATURE_SCHEMA_VERSION, kernel_features,
+                    resources)]
             append_rows(out_path, rows)
             for r in rows:
                 counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -205,7 +220,8 @@ def add_resources(in_path: str, out_path: str, arch: int = 90, workers: int | No
 
 def judge_for_dataset(state: Any, plan_json: str, kernels: bool) -> dict[str, Any]:
     """In the measurement worker: validate the plan against the float64 reference, then time each kernel
-    alone (what a dataset row holds; kernel_us, ok). Wall-clock times on the CPU, for tests."""
+    alone (what a dataset row holds; kernel_us, ok), both from the one source handed with the request.
+    Wall-clock times on the CPU, for tests."""
     from fusionsearch.measure.bench import time_callable
     from fusionsearch.measure.judge import validated
 
@@ -215,7 +231,7 @@ def judge_for_dataset(state: Any, plan_json: str, kernels: bool) -> dict[str, An
     timer = time_callable if state.inputs[0].is_cuda else _wall_clock
     try:
         times = kernel_times(plan, state.inputs, state.settings.get("warmup_ms", 5), state.settings.get("rep_ms", 25),
-                             timer)
+                             timer, built=state.built(plan, plan_json))
     except Exception as e:  # a launch failure marks this plan, the collection goes on
         return {"ok": False, "rel_err": rel_err, "reason": f"failed to launch: {failure_reason(e, 300)}"}
     return {"ok": True, "rel_err": rel_err, "kernel_us": times, "median_us": sum(times)}
@@ -248,16 +264,17 @@ def _status(failure: str, judgement: Any) -> tuple[str, str]:
     return "failed", reason
 
 
-def _measure_plan(g: Any, gid: str, plan: Any, failure: str, worker: Any, hw: Any, sig: dict[str, Any], schema: int,
-                  kernel_features: Any, resources: list[Any]) -> list[dict[str, Any]]:
-    """One row per kernel of the plan: status, measured µs (ok rows), compiled resources, features."""
+def _measure_plan(g: Any, gid: str, plan: Any, cand: Candidate, failure: str, worker: Any, hw: Any,
+                  sig: dict[str, Any], schema: int, kernel_features: Any, resources: list[Any]) -> list[dict[str, Any]]:
+    """One row per kernel of the plan (judged as `cand`): status, measured µs (ok rows), compiled resources,
+    features."""
     pid = plan_id(plan)
     # The graph spec and the plan travel with the measurement, so a later feature schema recomputes the
     # features of these rows instead of discarding what was measured.
     base = {"graph_id": gid, "plan_id": pid, "schema_version": schema, "hardware": sig, "graph": g.to_dict(),
             "plan": plan.to_dict(), "fp32_dot": FP32_DOT}
     try:
-        judgement = None if failure else worker.judge(plan.to_json(), kernels=True)
+        judgement = None if failure else worker.judge(cand, kernels=True)
     except FusionSearchError as e:  # the worker could not even set up this graph: its plans fail, the rest go on
         failure = f"failed: {e}"
         judgement = None

@@ -140,3 +140,30 @@ def test_a_worker_runs_only_the_source_that_hashes_to_its_key() -> None:
     assert j.rel_err is not None and j.rel_err <= 1e-5
     with open(path) as f:
         assert f.read() == built.source
+
+
+def test_a_collection_generates_each_plan_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """collect builds each sampled plan once and hands its key to the compile worker and to judge_for_dataset,
+    whose validation and per-kernel times read that one source back (before: three generations a plan)."""
+    from fusionsearch.datasets.measurements import read_rows
+    from fusionsearch.graph.spec import graph_from_dict
+    from fusionsearch.search.collect import CollectOptions, collect
+
+    generated: Counter[str] = Counter()
+    real_generate = runtime.generate_module
+
+    def counting_generate(plan: Plan, **overrides: Any) -> Any:
+        generated[_identity(plan.with_options(**overrides))] += 1
+        return real_generate(plan, **overrides)
+
+    monkeypatch.setattr(runtime, "generate_module", counting_generate)
+    monkeypatch.setattr(isolate, "_Worker", ThreadWorker)
+    path = tmp_path / "m.jsonl.gz"
+    counts = collect(str(path), CollectOptions(graphs=1, plans_per_graph=3, device="cpu", shape_scale="small",
+                                               compile_workers=1, dtypes=("float32",), progress=False))
+    monkeypatch.undo()
+    rows = read_rows(str(path))
+    assert counts == {"ok": len(rows)} and all(r["time_us"] > 0 for r in rows)
+    plans = {r["plan_id"]: Plan.from_dict(r["plan"], graph_from_dict(r["graph"]), None) for r in rows}
+    assert len(plans) == 3
+    assert generated == Counter({_identity(p): 1 for p in plans.values()})  # compile, validate, time: one source
