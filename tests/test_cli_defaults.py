@@ -117,3 +117,37 @@ def test_an_option_error_crosses_processes_whole() -> None:
 
     e = pickle.loads(pickle.dumps(OptionError("--seed", -1, "a whole number from 0 to 4294967295")))
     assert isinstance(e, OptionError) and str(e) == "--seed must be a whole number from 0 to 4294967295, got -1"
+
+
+def test_fs_tune_takes_every_default_from_search_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 55 item 3: fs.tune writes no default of its own. SearchOptions with other defaults in place, a
+    tune that names none of them searches with those (a name it gives wins); its signature shows
+    SearchOptions' names and defaults."""
+    import fusionsearch as fs
+    from fusionsearch.graph.opgraph import OpGraph
+    from fusionsearch.search import options, study
+
+    @dataclasses.dataclass(frozen=True)
+    class Other(SearchOptions):
+        trials: int = 7
+        backend: str = "model"
+        seed: int = 5
+        timeout: float | None = 9.0
+        study_name: str | None = "other"
+
+    asked: list[SearchOptions] = []
+    monkeypatch.setattr(options, "SearchOptions", Other)
+    monkeypatch.setattr(study, "SearchOptions", Other)
+    monkeypatch.setattr(study, "run_study", lambda g, opts, inputs: asked.append(opts) or study.TuneResult.__new__(
+        study.TuneResult))
+    g = fs.workload("mm_bias_gelu", M=16, K=64, N=64)
+    assert isinstance(g, OpGraph)
+    fs.tune(g)
+    fs.tune(g, trials=3, seed=1)
+    assert [(o.trials, o.backend, o.seed, o.timeout, o.study_name) for o in asked] == [
+        (7, "model", 5, 9.0, "other"), (3, "model", 1, 9.0, "other")]
+    monkeypatch.undo()
+    params = inspect.signature(tune).parameters
+    for name in ("trials", "backend", "storage", "study_name", "seed", "timeout"):
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params[name].default == _defaults(SearchOptions)[name], name

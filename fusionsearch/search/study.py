@@ -7,6 +7,7 @@ across workers), session.py (one process's part of a study), workers.py (the wor
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ from fusionsearch import settings
 from fusionsearch.codegen.runtime import check_interpreter
 from fusionsearch.errors import SpecError, check_names
 from fusionsearch.graph.opgraph import OpGraph
-from fusionsearch.search.options import BACKENDS, SAMPLERS, TRIALS, SearchOptions, resolve_backend
+from fusionsearch.search.options import BACKENDS, SAMPLERS, SearchOptions, resolve_backend
 from fusionsearch.search.result import TuneResult
 from fusionsearch.search.session import open_session, possible_plans, run_here, run_session, search_space, setup
 from fusionsearch.search.storage import make_storage, redact
@@ -77,10 +78,10 @@ def in_memory(study: optuna.Study) -> optuna.Study:
     return optuna.load_study(study_name=study.study_name, storage=memory)
 
 
-def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = TRIALS, backend: str = "auto",
-         storage: str | None = None, study_name: str | None = None, seed: int = 0, timeout: float | None = None,
-         **options: Any) -> TuneResult:
+def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, **options: Any) -> TuneResult:
     """Search the best fusion plan for a graph, or for a PyTorch function/module traced on `example_inputs`.
+    The keywords are SearchOptions' fields (trials, backend, storage, study_name, seed, timeout, ...); one left
+    out takes SearchOptions' default, its one home (issue 55 item 3): nothing here repeats it.
 
     >>> import fusionsearch as fs
     >>> res = fs.tune(fs.workload("mm_bias_gelu", M=16, K=256, N=256), trials=8, backend="model")
@@ -102,8 +103,7 @@ def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = TRIALS, 
         graph, signature = program.graph, program.signature
     else:
         raise SpecError(f"tune needs an OpGraph or a PyTorch function/module, got {type(fn_or_graph).__name__}")
-    opts = SearchOptions(trials=trials, backend=backend, storage=storage, study_name=study_name, seed=seed,
-                         timeout=timeout, **options)
+    opts = SearchOptions(**options)
     if interpreting and resolve_backend(opts.backend) == "interpret":
         check_interpreter()  # Triton imported for a GPU before this call: say so before any trial fails on it
     given = list(example_inputs) if signature is None else signature.inputs(example_inputs, {})
@@ -113,3 +113,17 @@ def tune(fn_or_graph: Any, *example_inputs: torch.Tensor, trials: int = TRIALS, 
     res = run_study(graph, opts, inputs)
     res.signature = signature  # res.compile() is then called as the function (the module) itself
     return res
+
+
+def _tune_signature() -> inspect.Signature:
+    """tune's signature as help() and inspect show it: each SearchOptions field a keyword with SearchOptions'
+    default, read from the dataclass (worker_tag, set in worker processes only, left out)."""
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("fn_or_graph", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any"),
+              inspect.Parameter("example_inputs", inspect.Parameter.VAR_POSITIONAL, annotation="torch.Tensor")]
+    params += [inspect.Parameter(f.name, kw, default=f.default, annotation=f.type)
+               for f in dataclasses.fields(SearchOptions) if f.name != "worker_tag"]
+    return inspect.Signature(params, return_annotation="TuneResult")
+
+
+tune.__signature__ = _tune_signature()  # type: ignore[attr-defined]
