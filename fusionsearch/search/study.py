@@ -38,7 +38,8 @@ log = logging.getLogger("fusionsearch.search")
 def run_study(graph: OpGraph, options: SearchOptions, inputs: Sequence[torch.Tensor] | None = None,
               hw: Any = None, judge: Any = None) -> TuneResult:
     """Search the graph's fusion and tile-config space; returns the best plan and every trial. `judge`
-    (an object with judge(plan_json, kernels) -> Judgement and close()) replaces the GPU's: the search then
+    (an object with judge(candidate, kernels) -> Judgement and close(); a measure.requests.Candidate: the plan's
+    JSON and its built source's key) replaces the GPU's: the search then
     measures through it whatever the machine has. With several workers (options.workers) they run the study's
     trials between them, then this process runs whatever a dead worker left."""
     if judge is not None or worker_count(options.workers, resolve_backend(options.backend)) == 1:
