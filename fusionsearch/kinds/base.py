@@ -148,8 +148,7 @@ class MatmulKind(KernelKind):
     def offers(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
                limit: int) -> tuple[tuple[str, object], ...]:
         """(label, config value) of each of its `choices` for `mm`: a kind whose labels stand for typed configs
-        gives the values (the search space keeps them beside the labels and hands the chosen one to `kernel`, so
-        that no label is read back); by default a label stands for itself."""
+        gives the values (the search space keeps them beside the labels); by default a label stands for itself."""
         return tuple((label, label) for label in self.choices(g, mm, fits, limit))
 
     def known_good(self, g: OpGraph, mm: str) -> tuple[str, ...]:
@@ -158,10 +157,10 @@ class MatmulKind(KernelKind):
         return ()
 
     @abstractmethod
-    def kernel(self, mm: str, config: Any, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
+    def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> KernelValue:
-        """The kernel value that runs `mm` on `config` (the value `offers` paired with the chosen label) with these
-        fused nodes (PlanError where this kind cannot fuse them)."""
+        """The kernel value that runs `mm` as choice `label` with these fused nodes (PlanError where this kind
+        cannot fuse them)."""
 
 
 def matmul_flops(p: Problem) -> int:

@@ -47,7 +47,7 @@ class LibraryKind(MatmulKind):
                 limit: int) -> tuple[str, ...]:
         return (LIBRARY,)
 
-    def kernel(self, mm: str, config: object, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
+    def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> LibraryKernel:
         if prologue_a or prologue_b or epilogue:
             raise PlanError(f"matmul {mm!r} runs in PyTorch's matmul (the library), so nothing can be fused into it")

@@ -8,7 +8,6 @@ from typing import Any, ClassVar, Literal, Protocol
 from fusionsearch.errors import PlanError, SpecError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
-from fusionsearch.plan.config import KernelConfig
 from fusionsearch.plan.kernel_checks import (
     check_extern,
     check_library,
@@ -53,8 +52,8 @@ class StoresWhatItComputes:
 class FusedMatmulKernel:
     """For kernel values that run one matmul with nodes fused into its A and B loads (prologues) and evaluated
     on its output tile (epilogue: downstream pointwise work, and whatever computes an addmm/linear bias): the
-    template and the decode matmul. Their `config` is the kind's own KernelConfig (TileConfig, DecodeConfig, ...),
-    with `short()` and `shared_memory_bytes(itemsize)`."""
+    template and the decode matmul. Their `config` is the kind's own (TileConfig, DecodeConfig), with `short()`
+    and `shared_memory_bytes(itemsize)`."""
 
     matmul: str
     prologue_a: tuple[str, ...]
@@ -77,14 +76,18 @@ class FusedMatmulKernel:
         check_template_stored(g, self, i, stored)
 
     @classmethod
-    def fused_from_dict(cls, d: dict[str, Any], where: str, config_type: type[KernelConfig]) -> Any:
-        """The kernel a plan file's entry describes, its `config` read as `config_type` (KernelConfig.from_dict):
-        the shared `from_dict` of the fused matmul kinds."""
-        try:
-            config = config_type.from_dict(d.get("config", {}), where)
-        except PlanError as e:
-            raise PlanError(f"{where} ({node_name(d, 'matmul', where)!r}): {e}") from None
+    def fused_from_dict(cls, d: dict[str, Any], where: str, config_type: type) -> Any:
+        """The kernel a plan file's entry describes, its `config` read as `config_type` (a frozen dataclass
+        whose constructor raises PlanError for a bad value): the shared `from_dict` of the fused matmul kinds."""
+        cfg = d.get("config", {})
+        known = sorted(config_type.__dataclass_fields__)  # type: ignore[attr-defined]
+        if not isinstance(cfg, dict) or set(cfg) - set(known):
+            raise SpecError(f"{where}: 'config' must be an object with keys {known}")
         matmul = node_name(d, "matmul", where)
+        try:
+            config = config_type(**cfg)
+        except PlanError as e:
+            raise PlanError(f"{where} ({matmul!r}): {e}") from None
         return cls(matmul, names(d, "prologue_a", where), names(d, "prologue_b", where),  # type: ignore[call-arg]
                    names(d, "epilogue", where), config)
 

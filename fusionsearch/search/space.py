@@ -156,7 +156,7 @@ class Space:
         makers = {}
         for i, mm in enumerate(self.matmuls):
             chosen = self.choice(i, params.get(f"mm{i}.config"))
-            makers[mm] = _maker(chosen.kind, mm, chosen.value)
+            makers[mm] = _maker(chosen.kind, mm, chosen.label)
             fusion.update(self._required_fusion(i, mm, chosen.kind))
         return build_plan(self.graph, self.decisions(fusion), matmul_kernels=makers)
 
@@ -220,9 +220,9 @@ def _matmul_kind(kind_name: str) -> MatmulKind:
     return kind
 
 
-def _maker(kind_name: str, mm: str, config: object) -> MatmulKernelMaker:
-    """What builds matmul `mm`'s kernel on `config` (a choice's value) as the registered matmul kind `kind_name`."""
-    return functools.partial(_matmul_kind(kind_name).kernel, mm, config)
+def _maker(kind_name: str, mm: str, label: str) -> MatmulKernelMaker:
+    """What builds matmul `mm`'s kernel as choice `label` of the registered matmul kind `kind_name`."""
+    return functools.partial(_matmul_kind(kind_name).kernel, mm, label)
 
 
 def _decision(space: Space, option: str, group_key: str) -> Decision:

@@ -30,7 +30,6 @@ from fusionsearch.kinds.triton_source.tile import Buffers, TileEvaluator
 from fusionsearch.kinds.triton_source.tile_index import Idx
 from fusionsearch.measure import TOLERANCE, rel_error, validate
 from fusionsearch.plan import Plan
-from fusionsearch.plan.config import KernelConfig
 from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.tile import TileConfig
 from fusionsearch.search.space import enumerate_space
@@ -39,22 +38,25 @@ NAME = "outside_tile_mm"
 
 
 @dataclass(frozen=True)
-class OutsideConfig(KernelConfig):
-    """The blocks of one output tile and of its K step (powers of two from 16: tl.dot's least), on the shared
-    config base: its bounds, label and plan-file object come from the table and format below."""
+class OutsideConfig:
+    """The blocks of one output tile and of its K step (powers of two from 16: tl.dot's least)."""
 
     block_m: int = 16
     block_n: int = 16
     block_k: int = 16
     num_stages: int = 1  # read by the plan's shared-memory check
 
-    WHAT = f"{NAME} config"
-    BOUNDS = {"block_m": (16, 256), "block_n": (16, 256), "block_k": (16, 256), "num_stages": (1, 1)}
-    POWERS_OF_TWO = ("block_m", "block_n", "block_k")
-    LABEL = NAME + " {block_m}x{block_n}x{block_k}"
+    def __post_init__(self) -> None:
+        for key in ("block_m", "block_n", "block_k"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or v < 16 or v & (v - 1):
+                raise PlanError(f"{NAME} config {key} must be a power of two from 16, got {v!r}")
 
-    def pipeline_rows(self) -> int:
-        return self.block_m
+    def short(self) -> str:
+        return f"{NAME} {self.block_m}x{self.block_n}x{self.block_k}"
+
+    def shared_memory_bytes(self, itemsize: int) -> int:
+        return (self.block_m + self.block_n) * self.block_k * itemsize
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,13 @@ class OutsideKind(MatmulKind):
                 limit: int) -> tuple[str, ...]:
         return tuple(label for label, _ in self.offers(g, mm, fits, limit))
 
-    def kernel(self, mm: str, config: OutsideConfig, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
+    def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> OutsideKernel:
         if prologue_a or prologue_b:
             raise PlanError(f"the {NAME} kind fuses nothing into the operands of {mm!r}")
+        config = {c.short(): c for c in CONFIGS}.get(label)
+        if config is None:
+            raise PlanError(f"{label!r} is not a {NAME} choice")
         return OutsideKernel(mm, (), (), epilogue, config)
 
     def regions(self, kernel: OutsideKernel) -> dict[str, tuple[str, ...]]:

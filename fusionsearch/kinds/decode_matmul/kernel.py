@@ -4,13 +4,13 @@ tensor-core dot, the dot with the weight on the left, or fp32 FMAs)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
-from fusionsearch.plan.config import KernelConfig
 from fusionsearch.plan.kernels import FusedMatmulKernel
 from fusionsearch.plan.matmul import Problem, problem
 
@@ -48,7 +48,7 @@ _GEMV_MAX_M = 4  # rows the CUDA-core forms are offered for: gemv's pipeline is 
 
 
 @dataclass(frozen=True)
-class DecodeConfig(KernelConfig):
+class DecodeConfig:
     """The decode matmul's launch: BLOCK_N columns and BLOCK_K rows of the weight per step, the K range cut
     into `split_k` slices (one CTA each per column block; the last to finish reduces), warps, pipeline stages
     (Triton's loop pipelining: loads that many steps ahead), and the inner product's form."""
@@ -63,17 +63,10 @@ class DecodeConfig(KernelConfig):
     words: bool = False
     rows: bool = False
 
-    WHAT = "decode config"
-    BOUNDS = {"block_n": (1, _MAX_BLOCK_N), "block_k": (1, _MAX_BLOCK_K), "split_k": (1, _MAX_SPLIT),
-              "num_warps": (1, _MAX_WARPS), "num_stages": (1, _MAX_STAGES)}
-    POWERS_OF_TWO = ("block_n", "block_k", "num_warps")
-    LABEL = "decode {product} n{block_n} k{block_k} sk{split_k} w{num_warps} s{num_stages}"
-    FLAGS = ("pairs", "words", "rows")
-
-    def check_form(self) -> None:
+    def __post_init__(self) -> None:
         if self.product not in PRODUCTS:
             raise PlanError(f"decode config product must be one of {', '.join(PRODUCTS)}, got {show(self.product)}")
-        for flag in self.FLAGS:
+        for flag in ("pairs", "words", "rows"):
             if not isinstance(getattr(self, flag), bool):
                 raise PlanError(f"decode config {flag} must be true or false, got {show(getattr(self, flag))}")
         if self.words and not self.pairs:
@@ -82,16 +75,27 @@ class DecodeConfig(KernelConfig):
             raise PlanError("decode config rows is a form of words: set words (and pairs) too")
         if self.pairs and self.product == "gemv":
             raise PlanError("decode config product 'gemv' reads the weight as it lies: it has no pairs form")
-
-    def check_least(self) -> None:
-        """The least blocks depend on the product: its K (least_block_k); a words tile's quarter of N (a dot's
-        16); a GEMV's few whole rows."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in ("product", "pairs", "words", "rows") and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise PlanError(f"decode config {f.name} must be a positive integer, got {show(value)}")
+        for key in ("block_n", "block_k", "num_warps"):
+            v = getattr(self, key)
+            if v & (v - 1):
+                raise PlanError(f"decode config {key} must be a power of two, got {show(v)}")
         least_k = self.least_block_k(self.product, self.pairs)
+        # a words tile's quarter: a dot's 16; a GEMV's few whole rows
         least_n = 2 if self.product == "gemv" else 64 if self.words and not self.on_cuda_cores else 16
         if self.block_n < least_n or self.block_k < least_k:
             raise PlanError(f"decode config block_n must be at least {least_n} and block_k at least {least_k} "
                             f"for product {self.product!r}{' in pairs' if self.pairs else ''}"
                             f"{' words' if self.words else ''}")
+        bounds = {"block_n": _MAX_BLOCK_N, "block_k": _MAX_BLOCK_K, "split_k": _MAX_SPLIT, "num_warps": _MAX_WARPS,
+                  "num_stages": _MAX_STAGES}
+        for key, most in bounds.items():
+            if getattr(self, key) > most:
+                raise PlanError(f"decode config {key} must be at most {most}, got {show(getattr(self, key))}")
 
     def block_m(self, m: int) -> int:
         """BLOCK_M for a problem of `m` rows (at most DECODE_MAX_M): a power of two, at least 16 for a dot."""
@@ -115,9 +119,26 @@ class DecodeConfig(KernelConfig):
         k = (self.block_k // 2 if self.pairs else self.block_k) if self.product in ("fma_acc", "gemv") else 1
         return self.block_m(m) * k * self.block_n // (32 * self.num_warps)
 
-    def pipeline_rows(self) -> int:
-        """The most rows it runs (16; gemv's 4): the pipeline's A block is sized for them."""
-        return _GEMV_MAX_M if self.product == "gemv" else DECODE_MAX_M
+    def shared_memory_bytes(self, itemsize: int) -> int:
+        """The pipeline's shared memory at the most rows (16; gemv's 4): `num_stages` buffers of one A and one B
+        block."""
+        rows = _GEMV_MAX_M if self.product == "gemv" else DECODE_MAX_M
+        return self.num_stages * (rows * self.block_k + self.block_k * self.block_n) * itemsize
+
+    def short(self) -> str:
+        return (f"decode {self.product} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
+                f"s{self.num_stages}{' pairs' if self.pairs else ''}{' words' if self.words else ''}"
+                f"{' rows' if self.rows else ''}")
+
+    @staticmethod
+    def from_short(label: str) -> DecodeConfig:
+        """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
+        found = re.fullmatch(r"decode (\w+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)( pairs)?( words)?( rows)?", label)
+        if found is None:
+            raise PlanError(f"{label!r} is not a decode config label (like 'decode dot n64 k256 sk8 w4 s3')")
+        product, *numbers, pairs, words, rows = found.groups()
+        bn, bk, sk, w, s = map(int, numbers)
+        return DecodeConfig(bn, bk, sk, w, s, product, pairs is not None, words is not None, rows is not None)
 
 
 def pairs_fit(p: Problem, block_k: int) -> bool:

@@ -36,15 +36,11 @@ class DecodeKind(MatmulKind):
 
     def choices(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
                 limit: int) -> tuple[str, ...]:
-        return tuple(label for label, _ in self.offers(g, mm, fits, limit))
+        return tuple(c.short() for c in decode_candidates(g, mm, limit))
 
-    def offers(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
-               limit: int) -> tuple[tuple[str, object], ...]:
-        return tuple((c.short(), c) for c in decode_candidates(g, mm, limit))
-
-    def kernel(self, mm: str, config: DecodeConfig, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
+    def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> DecodeKernel:
-        return DecodeKernel(mm, prologue_a, prologue_b, epilogue, config)
+        return DecodeKernel(mm, prologue_a, prologue_b, epilogue, DecodeConfig.from_short(label))
 
     def regions(self, kernel: DecodeKernel) -> dict[str, tuple[str, ...]]:
         return TEMPLATE.regions(kernel)  # type: ignore[arg-type]

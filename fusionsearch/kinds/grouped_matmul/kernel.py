@@ -3,19 +3,22 @@ expert's weight read once for all the tokens routed to it (routing.py says which
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from fusionsearch.errors import PlanError
 from fusionsearch.graph.opgraph import OpGraph
 from fusionsearch.graph.registry import show
 from fusionsearch.kinds.grouped_matmul.routing import expert_routing
-from fusionsearch.plan.config import KernelConfig
 from fusionsearch.plan.kernels import FusedMatmulKernel
+
+_BOUNDS = {"block_m": (16, 256), "block_n": (16, 512), "block_k": (16, 512), "split_k": (1, 64), "num_warps": (1, 16),
+           "num_stages": (1, 8)}
 
 
 @dataclass(frozen=True)
-class GroupedConfig(KernelConfig):
+class GroupedConfig:
     """BLOCK_M token-expert pairs of one expert per CTA (an expert with more pairs takes several blocks), BLOCK_N
     of its columns, BLOCK_K per step, the K range cut into `split_k` slices (the last to finish reduces),
     warps and pipeline stages."""
@@ -27,15 +30,31 @@ class GroupedConfig(KernelConfig):
     num_warps: int = 4
     num_stages: int = 3
 
-    WHAT = "grouped config"
-    BOUNDS = {"block_m": (16, 256), "block_n": (16, 512), "block_k": (16, 512), "split_k": (1, 64),
-              "num_warps": (1, 16), "num_stages": (1, 8)}
-    POWERS_OF_TWO = ("block_m", "block_n", "block_k", "num_warps")
-    LABEL = "grouped m{block_m} n{block_n} k{block_k} sk{split_k} w{num_warps} s{num_stages}"
-    RANGED = True
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value, (least, most) = getattr(self, f.name), _BOUNDS[f.name]
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise PlanError(f"grouped config {f.name} must be an integer in [{least}, {most}], got {show(value)}")
+        for key in ("block_m", "block_n", "block_k", "num_warps"):
+            v = getattr(self, key)
+            if v & (v - 1):
+                raise PlanError(f"grouped config {key} must be a power of two, got {show(v)}")
 
-    def pipeline_rows(self) -> int:
-        return self.block_m
+    def shared_memory_bytes(self, itemsize: int) -> int:
+        """The pipeline's shared memory: `num_stages` buffers of one A and one B block."""
+        return self.num_stages * (self.block_m * self.block_k + self.block_k * self.block_n) * itemsize
+
+    def short(self) -> str:
+        return (f"grouped m{self.block_m} n{self.block_n} k{self.block_k} sk{self.split_k} w{self.num_warps} "
+                f"s{self.num_stages}")
+
+    @staticmethod
+    def from_short(label: str) -> GroupedConfig:
+        """The config `short()` wrote (a search-space choice label); PlanError when it is not one."""
+        found = re.fullmatch(r"grouped m(\d+) n(\d+) k(\d+) sk(\d+) w(\d+) s(\d+)", label)
+        if found is None:
+            raise PlanError(f"{label!r} is not a grouped config label (like 'grouped m16 n64 k128 sk4 w4 s3')")
+        return GroupedConfig(*map(int, found.groups()))
 
 
 @dataclass(frozen=True)

@@ -46,15 +46,11 @@ class GroupedKind(MatmulKind):
 
     def choices(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
                 limit: int) -> tuple[str, ...]:
-        return tuple(label for label, _ in self.offers(g, mm, fits, limit))
+        return tuple(c.short() for c in grouped_candidates(g, mm, routing(g, mm), limit))
 
-    def offers(self, g: OpGraph, mm: str, fits: Callable[[OpGraph, str, TileConfig], bool] | None,
-               limit: int) -> tuple[tuple[str, object], ...]:
-        return tuple((c.short(), c) for c in grouped_candidates(g, mm, routing(g, mm), limit))
-
-    def kernel(self, mm: str, config: GroupedConfig, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
+    def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> GroupedKernel:
-        return GroupedKernel(mm, prologue_a, prologue_b, epilogue, config)
+        return GroupedKernel(mm, prologue_a, prologue_b, epilogue, GroupedConfig.from_short(label))
 
     def regions(self, kernel: GroupedKernel) -> dict[str, tuple[str, ...]]:
         return TEMPLATE.regions(kernel)  # type: ignore[arg-type]

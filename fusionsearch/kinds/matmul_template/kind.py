@@ -4,6 +4,7 @@ config candidates in configs.py."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -88,9 +89,15 @@ class TemplateKind(MatmulKind):
     def known_good(self, g: OpGraph, mm: str) -> tuple[str, ...]:
         return tuple(c.short() for c in known_good(g, mm))
 
-    def kernel(self, mm: str, config: TileConfig, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
+    def kernel(self, mm: str, label: str, prologue_a: tuple[str, ...], prologue_b: tuple[str, ...],
                epilogue: tuple[str, ...]) -> TemplateKernel:
-        return TemplateKernel(mm, prologue_a, prologue_b, epilogue, config)
+        return TemplateKernel(mm, prologue_a, prologue_b, epilogue, _config(label))
+
+
+@functools.lru_cache(maxsize=4096)
+def _config(label: str) -> TileConfig:
+    """The tile config a choice label names (a search builds one plan per trial from the same few labels)."""
+    return TileConfig.from_short(label)
 
 
 def _l2_reuse(tiles_m: int, tiles_n: int, group_m: int, concurrent: int) -> tuple[float, float]:
